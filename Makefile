@@ -1,0 +1,28 @@
+# The two set-up commands of the README: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test install install-test bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+install: $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+
+install-test: $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[test]'
+
+demo: install
+	$(BIN)/losswatch runs sample_runs
+
+test: install-test
+	$(BIN)/python -m pytest -q -m 'not slow'
+
+bench: install-test
+	$(BIN)/python bench/ingest.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info app/ingest/_tfrecord.c app/ingest/*.so

@@ -1,0 +1,1 @@
+"""Pure analysis of training curves: arrays in, findings out (no files, HTTP or database)."""
