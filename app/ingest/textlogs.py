@@ -1,0 +1,682 @@
+"""Scalars from text logs: JSON documents, JSON lines and CSV, read by one parser.
+
+Formats
+-------
+The format is detected from the content unless the caller names one (`fmt`):
+
+* ``csv``: the first non-blank character is neither ``{`` nor ``[``.  Comma-separated, with a
+  header row (line 1); every later row is a *wide row* (below) whose keys are the column names.
+* ``ndjson``: the first non-blank line is a complete JSON value and more lines follow.  Every
+  line is read as a JSON document of its own; blank lines are ignored.
+* ``json``: anything else is one JSON document.  Its top level is a record or a list of records.
+* ``trainer_state``: (never detected, only forced) a JSON document that must be a Hugging Face
+  ``trainer_state.json``; detected JSON reads the same file the same way.
+
+Empty input (only whitespace) reads as no runs and no problems, whatever the format.
+
+Records
+-------
+A JSON object is read as the first of these that fits:
+
+* a **run document** if it has ``"points"``:
+  ``{"run": "r1", "points": [{"step": 10, "tag": "loss", "value": 2.31, "wall_time": 1.7e9}]}``
+* a **trainer state** if it has ``"log_history"``: every entry of that list is a wide row (the
+  ``epoch``, ``train_runtime``, ``total_flos`` ... keys are not metrics, see below);
+* a **point** if it has ``"tag"`` or ``"value"``: ``{"step", "tag", "value"}`` are required,
+  ``"wall_time"`` and ``"run"`` are optional, other keys are ignored;
+* otherwise a **wide row**, as trainers print them:
+  ``{"step": 10, "loss": 2.31, "grad_norm": 0.8, "learning_rate": 3e-4}``.
+
+Wide rows (and CSV rows):
+
+* the step is the first present of ``step``, ``global_step``, ``iteration``, ``iter``, ``_step``;
+* the wall time is the first present of ``wall_time``, ``_timestamp``, ``timestamp`` (unknown if
+  none is present, or if it is null);
+* these keys are not metrics: the step and wall-time keys above, ``run``, ``epoch``, ``time``,
+  ``runtime``, ``_runtime``, ``total_flos`` and every key ending in ``_runtime``;
+* every other key is a metric whose tag is the key.  A nested object is flattened with ``/``:
+  ``{"train": {"loss": 1.5}}`` is the tag ``train/loss`` (the exclusions above apply to top-level
+  keys only).  A metric's value must be a number: booleans, nulls and other strings are problems;
+* in CSV an empty cell is no point rather than a problem, and columns without a name are ignored.
+
+Runs: a run document's ``"run"``, else a point's or wide row's own ``"run"`` key (or CSV column),
+else the `run` argument, else ``"default"``.  A trainer state always uses the `run` argument.
+
+Numbers: a value or wall time is a JSON number, one of the bare tokens ``NaN``, ``Infinity``,
+``-Infinity``, or a string holding a number, including ``nan``, ``inf`` and ``infinity`` in any
+case with an optional sign.  NaN and infinities are kept as written.  A step is an integer >= 0;
+an integral number (``10.0``, ``"10"``) is accepted, ``10.5`` is not.
+
+Problems
+--------
+Every bad value is a `Problem` with the line it starts on (for JSON documents found after the
+fact, and only when something is wrong) and a JSON path such as ``$.points[3].value``,
+``$[12].loss`` or ``$.log_history[4].loss``; an NDJSON line or CSV row is ``$`` on its own line.
+A point with any bad field is dropped; a wide row with a bad step, wall time or run is dropped
+whole, while one bad metric drops only that metric.  Everything else is kept.  In strict mode
+any problem raises `IngestError` with all of them and nothing is returned.
+
+The reasons, word for word (``<v>`` is the offending value written as JSON, or "an object" /
+"a list"; strings longer than 40 characters are cut short with "..."):
+
+* ``value must be a number, got <v>``
+* ``step must be an integer >= 0, got <v>``
+* ``wall_time must be a number or null, got <v>``
+* ``tag must be a non-empty string, got <v>``
+* ``run must be a non-empty string, got <v>``
+* ``points must be a list, got <v>`` and ``log_history must be a list, got <v>``
+* ``expected an object, got <v>``
+* ``missing "step"`` (also a wide row without a step key or a CSV row with an empty step cell),
+  ``missing "tag"``, ``missing "value"``, ``missing "log_history"``
+* ``invalid JSON: <json message> (column <n>)``
+* ``invalid UTF-8`` (with the byte offset), ``invalid CSV: <csv message>``
+* CSV: ``no step column``, ``duplicate column "<name>"``, ``expected <n> cells, got <m>``
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from app.ingest.points import Points
+from app.ingest.problems import IngestError, Problem
+
+FORMATS = ("json", "ndjson", "csv", "trainer_state")
+DEFAULT_RUN = "default"
+STEP_KEYS = ("step", "global_step", "iteration", "iter", "_step")
+WALL_TIME_KEYS = ("wall_time", "_timestamp", "timestamp")
+NOT_METRICS = frozenset(
+    {*STEP_KEYS, *WALL_TIME_KEYS, "run", "epoch", "time", "runtime", "_runtime", "total_flos"}
+)
+NOT_METRIC_SUFFIX = "_runtime"
+
+Path = tuple[str | int, ...]
+
+_MAX_STEP = int(np.iinfo(np.int64).max)
+_JSON_SPACE = " \t\r"  # JSON whitespace within one line
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_NONBLANK = re.compile(r"\S")
+_DIGITS = re.compile(r"\d+")
+_NUMBER = re.compile(
+    r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf(?:inity)?|nan)", re.IGNORECASE
+)
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DECODER = json.JSONDecoder()
+
+_STEP_RULE = "step must be an integer >= 0"
+_VALUE_RULE = "value must be a number"
+_WALL_TIME_RULE = "wall_time must be a number or null"
+_TAG_RULE = "tag must be a non-empty string"
+_RUN_RULE = "run must be a non-empty string"
+
+
+@dataclass(frozen=True)
+class TextLogRead:
+    """What one text log held: its runs in order of first appearance, and what was wrong."""
+
+    runs: dict[str, Points]
+    problems: list[Problem]
+
+
+def parse_text_log(
+    data: bytes | str,
+    *,
+    source: str,
+    run: str | None = None,
+    strict: bool = False,
+    fmt: str | None = None,
+) -> TextLogRead:
+    """Read every run in one text log (see the module docstring for formats and rules).
+
+    Lenient by default, because one bad line in a long log should not hide the rest of the
+    curve; `strict` makes any problem fatal.  `fmt` names the format when content is ambiguous.
+    Raises ValueError for an unknown `fmt` (a caller's mistake, not the input's).
+    """
+    if fmt is not None and fmt not in FORMATS:
+        raise ValueError(f"unknown text log format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    reader = _Reader(run or DEFAULT_RUN)
+    text = _decode(reader, data)
+    if _NONBLANK.search(text):
+        _READERS[fmt or _detect(text)](reader, text)
+    read = reader.result(source)
+    if strict and read.problems:
+        raise IngestError(read.problems)
+    return read
+
+
+# --- state of one parse ----------------------------------------------------------------------
+
+
+class _Run:
+    """One run's points as plain lists: appending is cheap, arrays are built once at the end."""
+
+    __slots__ = ("tags", "tag", "step", "wall_time", "value")
+
+    def __init__(self) -> None:
+        self.tags: dict[str, int] = {}
+        self.tag: list[int] = []
+        self.step: list[int] = []
+        self.wall_time: list[float] = []
+        self.value: list[float] = []
+
+    def add(self, tag: str, step: int, wall_time: float, value: float) -> None:
+        self.tag.append(self.tags.setdefault(tag, len(self.tags)))
+        self.step.append(step)
+        self.wall_time.append(wall_time)
+        self.value.append(value)
+
+    def points(self) -> Points:
+        return Points(
+            tags=tuple(self.tags),
+            tag=np.array(self.tag, np.int32),
+            step=np.array(self.step, np.int64),
+            wall_time=np.array(self.wall_time, np.float64),
+            value=np.array(self.value, np.float64),
+        )
+
+
+@dataclass
+class _Issue:
+    """A problem before its line is known: JSON documents learn lines only after parsing."""
+
+    reason: str
+    path: Path | None
+    line: int | None
+    offset: int | None = None
+
+
+class _Reader:
+    """The runs and problems one parse has gathered so far."""
+
+    def __init__(self, default_run: str) -> None:
+        self.default_run = default_run
+        self.runs: dict[str, _Run] = {}
+        self.issues: list[_Issue] = []
+
+    def run(self, name: str) -> _Run:
+        found = self.runs.get(name)
+        if found is None:
+            found = self.runs[name] = _Run()
+        return found
+
+    def issue(self, reason: str, path: Path | None, line: int | None) -> None:
+        self.issues.append(_Issue(reason, path, line))
+
+    def result(self, source: str) -> TextLogRead:
+        problems = [
+            Problem(
+                source,
+                issue.reason,
+                offset=issue.offset,
+                line=issue.line,
+                json_path=None if issue.path is None else _format_path(issue.path),
+            )
+            for issue in self.issues
+        ]
+        return TextLogRead({name: run.points() for name, run in self.runs.items()}, problems)
+
+
+def _decode(reader: _Reader, data: bytes | str) -> str:
+    """Text of the input; bad UTF-8 is one problem and the rest is still read."""
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            line = data.count(b"\n", 0, error.start) + 1
+            reader.issues.append(_Issue("invalid UTF-8", None, line, offset=error.start))
+            data = data.decode("utf-8", errors="replace")
+    return data.removeprefix("\ufeff")
+
+
+def _detect(text: str) -> str:
+    begin = _WHITESPACE.match(text).end()
+    if text[begin] not in "{[":
+        return "csv"
+    newline = text.find("\n", begin)
+    if newline != -1 and _NONBLANK.search(text, newline) and _is_json(text[begin:newline]):
+        return "ndjson"
+    return "json"
+
+
+def _is_json(line: str) -> bool:
+    try:
+        _DECODER.decode(line)
+    except json.JSONDecodeError:
+        return False
+    return True
+
+
+# --- formats ---------------------------------------------------------------------------------
+
+
+def _read_json(reader: _Reader, text: str) -> None:
+    document = _load_document(reader, text)
+    if document is not _INVALID:
+        first = len(reader.issues)
+        _read_top(reader, document, None)
+        _locate_lines(text, reader.issues[first:])
+
+
+def _read_trainer_state_file(reader: _Reader, text: str) -> None:
+    document = _load_document(reader, text)
+    if document is _INVALID:
+        return
+    first = len(reader.issues)
+    if not isinstance(document, dict):
+        reader.issue(f"expected an object, got {_show(document)}", (), None)
+    elif "log_history" not in document:
+        reader.issue('missing "log_history"', (), None)
+    else:
+        _read_trainer_state(reader, document, (), None)
+    _locate_lines(text, reader.issues[first:])
+
+
+def _read_ndjson(reader: _Reader, text: str) -> None:
+    for number, line in enumerate(text.split("\n"), 1):
+        if line.strip(_JSON_SPACE):
+            document = _load_line(reader, line, number)
+            if document is not _INVALID:
+                _read_top(reader, document, number)
+
+
+def _read_csv(reader: _Reader, text: str) -> None:
+    rows = _csv_rows(reader, text)
+    header_line, header = next(rows, (1, []))
+    columns = _csv_columns(reader, header, header_line)
+    if not any(name in STEP_KEYS for _, name in columns):
+        reader.issue("no step column", None, header_line)
+        return
+    for line, cells in rows:
+        if len(cells) != len(header):
+            reader.issue(f"expected {len(header)} cells, got {len(cells)}", None, line)
+            continue
+        row = {name: cells[i].strip() for i, name in columns if cells[i].strip()}
+        _read_row_record(reader, row, (), line)
+
+
+_READERS: dict[str, Callable[[_Reader, str], None]] = {
+    "json": _read_json,
+    "trainer_state": _read_trainer_state_file,
+    "ndjson": _read_ndjson,
+    "csv": _read_csv,
+}
+
+
+class _Invalid:
+    """Marks input that did not decode (None is a valid JSON document)."""
+
+
+_INVALID = _Invalid()
+
+
+def _load_document(reader: _Reader, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        reader.issue(_invalid_json(error), None, error.lineno)
+        return _INVALID
+
+
+def _load_line(reader: _Reader, line: str, number: int) -> Any:
+    """One NDJSON line.  The fast path skips `decode`'s whitespace handling; the slow one
+    re-decodes the line as written, so an error's column is the column in the file."""
+    stripped = line.strip(_JSON_SPACE)
+    try:
+        document, end = _DECODER.raw_decode(stripped)
+    except json.JSONDecodeError:
+        end = -1
+    if end == len(stripped):
+        return document
+    try:
+        return _DECODER.decode(line)
+    except json.JSONDecodeError as error:
+        reader.issue(_invalid_json(error), None, number)
+        return _INVALID
+
+
+def _invalid_json(error: json.JSONDecodeError) -> str:
+    return f"invalid JSON: {error.msg} (column {error.colno})"
+
+
+def _csv_rows(reader: _Reader, text: str) -> Iterator[tuple[int, list[str]]]:
+    """Non-blank rows with the line each starts on (a quoted cell may span lines); a row the
+    csv module rejects is a problem, not the end of the file."""
+    rows = csv.reader(io.StringIO(text, newline=""))
+    end = 0
+    while True:
+        start = end + 1
+        try:
+            cells = next(rows)
+        except StopIteration:
+            return
+        except csv.Error as error:
+            reader.issue(f"invalid CSV: {error}", None, start)
+            cells = []
+        end = rows.line_num
+        if any(cell.strip() for cell in cells):
+            yield start, cells
+
+
+def _csv_columns(reader: _Reader, header: list[str], line: int) -> list[tuple[int, str]]:
+    """(index, name) of the columns to read: unnamed columns (a written index) are skipped."""
+    columns: dict[str, int] = {}
+    for index, cell in enumerate(header):
+        name = cell.strip()
+        if name in columns:
+            reader.issue(f"duplicate column {json.dumps(name, ensure_ascii=False)}", None, line)
+        elif name:
+            columns[name] = index
+    return [(index, name) for name, index in columns.items()]
+
+
+# --- records ---------------------------------------------------------------------------------
+
+
+def _read_top(reader: _Reader, document: Any, line: int | None) -> None:
+    if isinstance(document, list):
+        for index, record in enumerate(document):
+            _read_record(reader, record, (index,), line)
+    else:
+        _read_record(reader, document, (), line)
+
+
+def _read_record(reader: _Reader, record: Any, path: Path, line: int | None) -> None:
+    if not isinstance(record, dict):
+        reader.issue(f"expected an object, got {_show(record)}", path, line)
+    elif "points" in record:
+        _read_run_document(reader, record, path, line)
+    elif "log_history" in record:
+        _read_trainer_state(reader, record, path, line)
+    elif "tag" in record or "value" in record:
+        run = _record_run(reader, record, path, line)
+        if run is not None:
+            _read_point(reader, run, record, path, line)
+    else:
+        _read_row_record(reader, record, path, line)
+
+
+def _record_run(reader: _Reader, record: dict, path: Path, line: int | None) -> _Run | None:
+    """The run a record belongs to, or None when its "run" is bad: guessing would mix runs."""
+    if "run" not in record:
+        return reader.run(reader.default_run)
+    name = _checked(reader, record, "run", _name, _RUN_RULE, path, line)
+    return None if name is None else reader.run(name)
+
+
+def _read_run_document(reader: _Reader, document: dict, path: Path, line: int | None) -> None:
+    run = _record_run(reader, document, path, line)
+    points = document["points"]
+    if not isinstance(points, list):
+        reader.issue(f"points must be a list, got {_show(points)}", (*path, "points"), line)
+    elif run is not None:
+        for index, point in enumerate(points):
+            _read_point(reader, run, point, (*path, "points", index), line)
+
+
+def _read_trainer_state(reader: _Reader, state: dict, path: Path, line: int | None) -> None:
+    history = state["log_history"]
+    if not isinstance(history, list):
+        where = (*path, "log_history")
+        reader.issue(f"log_history must be a list, got {_show(history)}", where, line)
+        return
+    run = reader.run(reader.default_run)
+    for index, entry in enumerate(history):
+        where = (*path, "log_history", index)
+        if isinstance(entry, dict):
+            _read_row(reader, run, entry, where, line)
+        else:
+            reader.issue(f"expected an object, got {_show(entry)}", where, line)
+
+
+def _read_point(reader: _Reader, run: _Run, point: Any, path: Path, line: int | None) -> None:
+    """Keep one point, or report every bad field of it."""
+    if type(point) is dict:
+        tag, step, value = point.get("tag"), point.get("step"), point.get("value")
+        wall_time = point.get("wall_time")
+        if (  # the common case, checked inline: a million points must not cost seconds
+            type(tag) is str
+            and tag
+            and type(step) is int
+            and 0 <= step <= _MAX_STEP
+            and type(value) is float
+            and (wall_time is None or type(wall_time) is float)
+        ):
+            run.add(tag, step, math.nan if wall_time is None else wall_time, value)
+            return
+    else:
+        reader.issue(f"expected an object, got {_show(point)}", path, line)
+        return
+    fields = []
+    for key, convert, rule in _POINT_FIELDS:
+        if key in point:
+            fields.append(_checked(reader, point, key, convert, rule, path, line))
+        else:
+            reader.issue(f'missing "{key}"', path, line)
+            fields.append(None)
+    wall_time = _optional_wall_time(reader, point, "wall_time", path, line)
+    if None not in fields and wall_time is not None:
+        step, tag, value = fields
+        run.add(tag, step, wall_time, value)
+
+
+def _read_row_record(reader: _Reader, row: dict, path: Path, line: int | None) -> None:
+    run = _record_run(reader, row, path, line)
+    if run is not None:
+        _read_row(reader, run, row, path, line)
+
+
+def _read_row(reader: _Reader, run: _Run, row: dict, path: Path, line: int | None) -> None:
+    """One wide row: its step and wall time are shared by all its metrics, so a bad one drops
+    the row, while a bad metric drops only itself."""
+    step_key = next((key for key in STEP_KEYS if key in row), None)
+    if step_key is None:
+        reader.issue('missing "step"', path, line)
+        return
+    step = _checked(reader, row, step_key, _step, _STEP_RULE, path, line)
+    wall_key = next((key for key in WALL_TIME_KEYS if key in row), None)
+    wall_time = _optional_wall_time(reader, row, wall_key, path, line)
+    if step is None or wall_time is None:
+        return
+    for tag, raw, where in _metrics(row, path, ""):
+        value = _number(raw)
+        if not tag:
+            reader.issue(f"{_TAG_RULE}, got {_show(tag)}", where, line)
+        elif value is None:
+            reader.issue(f"{_VALUE_RULE}, got {_show(raw)}", where, line)
+        else:
+            run.add(tag, step, wall_time, value)
+
+
+def _metrics(row: dict, path: Path, prefix: str) -> Iterator[tuple[str, Any, Path]]:
+    """(tag, raw value, path) of a wide row's metrics, nested objects flattened with "/"."""
+    for key, raw in row.items():
+        if not prefix and (key in NOT_METRICS or key.endswith(NOT_METRIC_SUFFIX)):
+            continue
+        if isinstance(raw, dict):
+            yield from _metrics(raw, (*path, key), f"{prefix}{key}/")
+        else:
+            yield f"{prefix}{key}", raw, (*path, key)
+
+
+def _optional_wall_time(
+    reader: _Reader, record: dict, key: str | None, path: Path, line: int | None
+) -> float | None:
+    if key is None or key not in record:
+        return math.nan
+    return _checked(reader, record, key, _wall_time, _WALL_TIME_RULE, path, line)
+
+
+def _checked(
+    reader: _Reader,
+    record: dict,
+    key: str,
+    convert: Callable[[Any], Any],
+    rule: str,
+    path: Path,
+    line: int | None,
+) -> Any:
+    """`convert(record[key])`, or None after reporting the value against `rule`."""
+    raw = record[key]
+    result = convert(raw)
+    if result is None:
+        reader.issue(f"{rule}, got {_show(raw)}", (*path, key), line)
+    return result
+
+
+# --- values ----------------------------------------------------------------------------------
+
+
+def _number(raw: Any) -> float | None:
+    """A float, or None: bool is not a number here even though Python says it is an int."""
+    kind = type(raw)
+    if kind is float:
+        return raw
+    if kind is int:
+        try:
+            return float(raw)
+        except OverflowError:
+            return None
+    if kind is str and _NUMBER.fullmatch(raw.strip()):
+        return float(raw)
+    return None
+
+
+def _step(raw: Any) -> int | None:
+    if type(raw) is str and _DIGITS.fullmatch(raw.strip()):
+        raw = int(raw)  # exactly, where a float would round big steps
+    if type(raw) is int:
+        return raw if 0 <= raw <= _MAX_STEP else None
+    number = _number(raw)
+    if number is None or not number.is_integer() or not 0 <= number <= _MAX_STEP:
+        return None
+    return int(number)
+
+
+def _wall_time(raw: Any) -> float | None:
+    return math.nan if raw is None else _number(raw)
+
+
+def _name(raw: Any) -> str | None:
+    return raw if type(raw) is str and raw else None
+
+
+_POINT_FIELDS: tuple[tuple[str, Callable[[Any], Any], str], ...] = (
+    ("step", _step, _STEP_RULE),
+    ("tag", _name, _TAG_RULE),
+    ("value", _number, _VALUE_RULE),
+)
+
+
+def _show(raw: Any) -> str:
+    """The offending value as JSON, cut short so that a reason stays one readable line."""
+    if isinstance(raw, dict):
+        return "an object"
+    if isinstance(raw, list):
+        return "a list"
+    text = json.dumps(raw, ensure_ascii=False)
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
+def _format_path(path: Path) -> str:
+    parts = ["$"]
+    for key in path:
+        if isinstance(key, int):
+            parts.append(f"[{key}]")
+        elif _NAME.fullmatch(key):
+            parts.append(f".{key}")
+        else:
+            escaped = key.replace("\\", "\\\\").replace("'", "\\'")
+            parts.append(f"['{escaped}']")
+    return "".join(parts)
+
+
+# --- lines of JSON document problems ---------------------------------------------------------
+
+
+def _locate_lines(text: str, issues: list[_Issue]) -> None:
+    """Give each issue in a parsed JSON document the line its value starts on.
+
+    Parsing with positions would slow every read; this re-scan runs only when something is
+    wrong, skips whole values with the C scanner and stops at the last one it needs.
+    """
+    targets = {issue.path for issue in issues if issue.path is not None and issue.line is None}
+    if not targets:
+        return
+    lines = _line_numbers(text, _Locator(text, targets).positions())
+    for issue in issues:
+        if issue.path in targets:
+            issue.line = lines.get(issue.path)
+
+
+def _line_numbers(text: str, positions: dict[Path, int]) -> dict[Path, int]:
+    lines: dict[Path, int] = {}
+    line, counted = 1, 0
+    for path, position in sorted(positions.items(), key=lambda item: item[1]):
+        line += text.count("\n", counted, position)
+        counted = position
+        lines[path] = line
+    return lines
+
+
+class _AllFound(Exception):
+    """Ends the scan early: everything after the last wanted value is irrelevant."""
+
+
+class _Locator:
+    """Character positions of given paths in a JSON text known to be valid."""
+
+    def __init__(self, text: str, targets: set[Path]) -> None:
+        self.text = text
+        self.targets = targets
+        self.tree: dict = {}
+        for path in targets:
+            node = self.tree
+            for key in path:
+                node = node.setdefault(key, {})
+        self.found: dict[Path, int] = {}
+
+    def positions(self) -> dict[Path, int]:
+        try:
+            self._visit(_WHITESPACE.match(self.text).end(), self.tree, ())
+        except _AllFound:
+            pass
+        return self.found
+
+    def _visit(self, at: int, node: dict, path: Path) -> int:
+        """Record `path` if wanted and return the end of the value starting at `at`."""
+        if path in self.targets:
+            self.found[path] = at
+            if len(self.found) == len(self.targets):
+                raise _AllFound
+        if node and self.text[at] in "{[":
+            return self._members(at, node, path)
+        return _DECODER.raw_decode(self.text, at)[1]
+
+    def _members(self, at: int, node: dict, path: Path) -> int:
+        text = self.text
+        close = "}" if text[at] == "{" else "]"
+        at = _WHITESPACE.match(text, at + 1).end()
+        index = 0
+        while text[at] != close:
+            if close == "}":
+                key, at = _DECODER.raw_decode(text, at)
+                at = _WHITESPACE.match(text, _WHITESPACE.match(text, at).end() + 1).end()
+            else:
+                key, index = index, index + 1
+            child = node.get(key)
+            if child is None:
+                at = _DECODER.raw_decode(text, at)[1]
+            else:
+                at = self._visit(at, child, (*path, key))
+            at = _WHITESPACE.match(text, at).end()
+            if text[at] == ",":
+                at = _WHITESPACE.match(text, at + 1).end()
+        return at + 1
