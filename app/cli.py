@@ -1,20 +1,29 @@
 """The `losswatch` command line.  Errors from any layer become one message on stderr and
-an exit code here, never a traceback: 0 done, 2 usage or input errors."""
+an exit code here, never a traceback: 0 done (nothing at or above --fail-on), 1 alerts at or
+above --fail-on, 2 usage or input errors."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import sys
+import tomllib
 
 import click
 import numpy as np
 
+from analyzers.config import AnalysisConfig, ConfigError
+from analyzers.findings import Severity
+from app import analysis
 from app.export import FORMATS, runs_frame, write_frame
+from app.report import render_table
 from app.ingest.problems import IngestError, Problem
 from app.ingest.sources import PathRead, read_path
 
+EXIT_ALERTS = 1
 EXIT_INPUT_ERROR = 2
+FAIL_ON = ("info", "warning", "critical", "never")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -57,6 +66,57 @@ def export(path: str, fmt: str, output: str | None, current: bool, strict: bool)
     frame = runs_frame(_read(path, strict).runs.values(), current=current)
     with open(output, "wb") if output else contextlib.nullcontext(sys.stdout.buffer) as out:
         write_frame(frame, fmt, out)
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file of detector settings.")
+@click.option(
+    "--fail-on", type=click.Choice(FAIL_ON), default="warning", show_default=True,
+    help="Exit 1 when an alert of this severity or worse is found.",
+)
+@click.option("--strict", is_flag=True, help="Fail (exit 2) on any bad record instead of skipping it.")
+def analyze(paths: tuple[str, ...], fmt: str, config_file: str | None, fail_on: str, strict: bool) -> None:
+    """Print every alert for every run under each PATH (logdir, event file, JSON/NDJSON/CSV
+    or trainer_state log).  Stateless: each call reads and analyses everything."""
+    config = _load_config(config_file)
+    reads = [(path, _read(path, strict)) for path in paths]
+    alerts = [alert for path, read in reads for run in read.runs.values() for alert in analysis.analyze(path, run, config)]
+    if fmt == "json":
+        click.echo(json.dumps({"runs": [_run_summary(p, r) for p, read in reads for r in read.runs.values()],
+                               "alerts": [a.to_dict() for a in alerts]}, indent=2))
+    else:
+        click.echo(render_table(alerts, sum(len(read.runs) for _, read in reads)))
+    if fail_on != "never" and any(a.finding.severity >= Severity[fail_on.upper()] for a in alerts):
+        sys.exit(EXIT_ALERTS)
+
+
+def _load_config(path: str | None) -> AnalysisConfig:
+    if path is None:
+        return AnalysisConfig()
+    try:
+        with open(path, "rb") as f:
+            return AnalysisConfig.from_mapping(tomllib.load(f))
+    except OSError as e:
+        _fail(f"{path}: cannot read config: {e.strerror or e}")
+    except tomllib.TOMLDecodeError as e:
+        _fail(f"{path}: invalid TOML: {e}")
+    except ConfigError as e:
+        _fail(f"{path}: {e}")
+    raise AssertionError("unreachable")
+
+
+def _run_summary(source: str, run) -> dict:
+    p = run.points
+    counts = np.bincount(p.tag, minlength=len(p.tags))
+    return {
+        "source": source,
+        "run": run.name,
+        "points": len(p),
+        "tags": [name for name, count in zip(p.tags, counts) if count],
+        "rollbacks": len(run.rollbacks),
+    }
 
 
 def _read(path: str, strict: bool) -> PathRead:

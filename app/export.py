@@ -11,9 +11,10 @@ from typing import IO
 import numpy as np
 import pandas as pd
 
+from analyzers.series import current_view
+
 from app.ingest.logdir import Run
 from app.ingest.points import Points
-from app.ingest.restarts import current_view
 from app.ingest.sources import read_path
 
 COLUMNS = ["run", "tag", "step", "wall_time", "value", "segment"]

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from app.ingest.points import Points
-from app.ingest.restarts import SegmentState, SessionStart, assign_segments, current_view
+from analyzers.series import current_view
+from app.ingest.restarts import SegmentState, SessionStart, assign_segments
 
 
 def points(tags: tuple[str, ...], rows: list[tuple[int, int]]) -> Points:

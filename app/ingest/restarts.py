@@ -7,7 +7,7 @@ first write, +1 at every rollback).  Its rule, stated once here:
 
 * a rollback starts where any tag's step goes below the highest step that tag reached in the
   current segment, or where a START's step is at or below the highest step of any tag;
-* in the current view a rollback to step s hides every earlier segment's point at step >= s
+* in the current view (`analyzers.series.current_view`) a rollback to step s hides every earlier segment's point at step >= s
   (the abandoned trajectory, as TensorBoard purges orphaned points), and of several writes of
   one (tag, step) the later one wins.
 """
@@ -115,33 +115,6 @@ def assign_segments(
     maxima = {**carried}
     maxima.update({points.tags[i]: int(s) for i, s in enumerate(max_by_tag) if s != NO_STEP})
     return segment, rollbacks, SegmentState(segment=seg, max_step=maxima)
-
-
-def current_view(
-    tag: np.ndarray, step: np.ndarray, segment: np.ndarray, rollback_to: dict[int, int]
-) -> np.ndarray:
-    """Mask of the points in the current view (points given in write order).
-
-    `rollback_to` maps each segment opened by a rollback to the step it resumed at.
-    """
-    n = len(step)
-    if n == 0:
-        return np.zeros(0, bool)
-    last_segment = int(segment.max())
-    first_segment = int(segment.min())
-    # threshold[j] = lowest resume step of any later segment: points at or above it are orphans
-    threshold = np.full(last_segment + 2, np.iinfo(np.int64).max, np.int64)
-    for j in range(last_segment, first_segment - 1, -1):
-        later = rollback_to.get(j + 1)
-        threshold[j] = threshold[j + 1] if later is None else min(threshold[j + 1], later)
-    keep = step < threshold[segment]
-    order = np.lexsort((np.arange(n), step, tag))
-    survivors = order[keep[order]]
-    # among the kept writes of one (tag, step), the last one in write order wins
-    same = (tag[survivors][1:] == tag[survivors][:-1]) & (step[survivors][1:] == step[survivors][:-1])
-    last_of_key = np.zeros(n, bool)
-    last_of_key[survivors[np.append(~same, True)]] = True
-    return last_of_key
 
 
 def _first_step_back(tag: np.ndarray, step: np.ndarray, max_by_tag: np.ndarray) -> int | None:

@@ -36,7 +36,9 @@ Wide rows (and CSV rows):
   ``runtime``, ``_runtime``, ``total_flos`` and every key ending in ``_runtime``;
 * every other key is a metric whose tag is the key.  A nested object is flattened with ``/``:
   ``{"train": {"loss": 1.5}}`` is the tag ``train/loss`` (the exclusions above apply to top-level
-  keys only).  A metric's value must be a number: booleans, nulls and other strings are problems;
+  keys only).  Objects nested more than 10 levels below the row are not flattened further (and
+  so are reported as values).  A metric's value must be a number: booleans, nulls and other
+  strings are problems;
 * in CSV an empty cell is no point rather than a problem, and columns without a name are ignored.
 
 Runs: a run document's ``"run"``, else a point's or wide row's own ``"run"`` key (or CSV column),
@@ -68,7 +70,8 @@ The reasons, word for word (``<v>`` is the offending value written as JSON, or "
 * ``expected an object, got <v>``
 * ``missing "step"`` (also a wide row without a step key or a CSV row with an empty step cell),
   ``missing "tag"``, ``missing "value"``, ``missing "log_history"``
-* ``invalid JSON: <json message> (column <n>)``
+* ``invalid JSON: <json message> (column <n>)``, ``invalid JSON: nested too deeply``,
+  ``invalid JSON: number too long`` (an integer of thousands of digits)
 * ``invalid UTF-8`` (with the byte offset), ``invalid CSV: <csv message>``
 * CSV: ``no step column``, ``duplicate column "<name>"``, ``expected <n> cells, got <m>``
 """
@@ -97,6 +100,7 @@ NOT_METRICS = frozenset(
     {*STEP_KEYS, *WALL_TIME_KEYS, "run", "epoch", "time", "runtime", "_runtime", "total_flos"}
 )
 NOT_METRIC_SUFFIX = "_runtime"
+MAX_NESTING = 10
 
 Path = tuple[str | int, ...]
 
@@ -104,7 +108,7 @@ _MAX_STEP = int(np.iinfo(np.int64).max)
 _JSON_SPACE = " \t\r"  # JSON whitespace within one line
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _NONBLANK = re.compile(r"\S")
-_DIGITS = re.compile(r"\d+")
+_DIGITS = re.compile(r"\d{1,19}")  # int64 has 19 digits; int() of thousands would raise
 _NUMBER = re.compile(
     r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf(?:inity)?|nan)", re.IGNORECASE
 )
@@ -247,10 +251,14 @@ def _detect(text: str) -> str:
 
 
 def _is_json(line: str) -> bool:
+    """Whether a line holds one whole JSON value.  Too deep or too long a number means it does
+    but cannot be decoded: reading by lines then loses only that line."""
     try:
         _DECODER.decode(line)
     except json.JSONDecodeError:
         return False
+    except (ValueError, RecursionError):
+        return True
     return True
 
 
@@ -258,24 +266,24 @@ def _is_json(line: str) -> bool:
 
 
 def _read_json(reader: _Reader, text: str) -> None:
-    document = _load_document(reader, text)
-    if document is not _INVALID:
-        first = len(reader.issues)
-        _read_top(reader, document, None)
-        _locate_lines(text, reader.issues[first:])
+    _read_document(reader, text, _read_top)
 
 
 def _read_trainer_state_file(reader: _Reader, text: str) -> None:
-    document = _load_document(reader, text)
-    if document is _INVALID:
+    _read_document(reader, text, _read_state_top)
+
+
+def _read_document(
+    reader: _Reader, text: str, read: Callable[[_Reader, Any, int | None], None]
+) -> None:
+    """One JSON document: lines are unknown while reading, so they are looked up after."""
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError) as error:
+        reader.issue(_invalid_json(error), None, getattr(error, "lineno", None))
         return
     first = len(reader.issues)
-    if not isinstance(document, dict):
-        reader.issue(f"expected an object, got {_show(document)}", (), None)
-    elif "log_history" not in document:
-        reader.issue('missing "log_history"', (), None)
-    else:
-        _read_trainer_state(reader, document, (), None)
+    read(reader, document, None)
     _locate_lines(text, reader.issues[first:])
 
 
@@ -298,7 +306,7 @@ def _read_csv(reader: _Reader, text: str) -> None:
         if len(cells) != len(header):
             reader.issue(f"expected {len(header)} cells, got {len(cells)}", None, line)
             continue
-        row = {name: cells[i].strip() for i, name in columns if cells[i].strip()}
+        row = {name: cell for i, name in columns if (cell := cells[i].strip())}
         _read_row_record(reader, row, (), line)
 
 
@@ -311,18 +319,10 @@ _READERS: dict[str, Callable[[_Reader, str], None]] = {
 
 
 class _Invalid:
-    """Marks input that did not decode (None is a valid JSON document)."""
+    """Marks a line that did not decode (None is a valid JSON document)."""
 
 
 _INVALID = _Invalid()
-
-
-def _load_document(reader: _Reader, text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        reader.issue(_invalid_json(error), None, error.lineno)
-        return _INVALID
 
 
 def _load_line(reader: _Reader, line: str, number: int) -> Any:
@@ -331,19 +331,25 @@ def _load_line(reader: _Reader, line: str, number: int) -> Any:
     stripped = line.strip(_JSON_SPACE)
     try:
         document, end = _DECODER.raw_decode(stripped)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         end = -1
     if end == len(stripped):
         return document
     try:
         return _DECODER.decode(line)
-    except json.JSONDecodeError as error:
+    except (ValueError, RecursionError) as error:
         reader.issue(_invalid_json(error), None, number)
         return _INVALID
 
 
-def _invalid_json(error: json.JSONDecodeError) -> str:
-    return f"invalid JSON: {error.msg} (column {error.colno})"
+def _invalid_json(error: ValueError | RecursionError) -> str:
+    """The decoder's message and column; its two errors without a position get plain words
+    (the int-digits one would advise calling sys.set_int_max_str_digits)."""
+    if isinstance(error, json.JSONDecodeError):
+        return f"invalid JSON: {error.msg} (column {error.colno})"
+    if isinstance(error, RecursionError):
+        return "invalid JSON: nested too deeply"
+    return "invalid JSON: number too long"
 
 
 def _csv_rows(reader: _Reader, text: str) -> Iterator[tuple[int, list[str]]]:
@@ -361,7 +367,7 @@ def _csv_rows(reader: _Reader, text: str) -> Iterator[tuple[int, list[str]]]:
             reader.issue(f"invalid CSV: {error}", None, start)
             cells = []
         end = rows.line_num
-        if any(cell.strip() for cell in cells):
+        if "".join(cells).strip():
             yield start, cells
 
 
@@ -396,29 +402,38 @@ def _read_record(reader: _Reader, record: Any, path: Path, line: int | None) -> 
     elif "log_history" in record:
         _read_trainer_state(reader, record, path, line)
     elif "tag" in record or "value" in record:
-        run = _record_run(reader, record, path, line)
-        if run is not None:
-            _read_point(reader, run, record, path, line)
+        name = _run_name(reader, record, path, line)
+        if name is not None:
+            _read_point(reader, reader.run(name), record, path, line)
     else:
         _read_row_record(reader, record, path, line)
 
 
-def _record_run(reader: _Reader, record: dict, path: Path, line: int | None) -> _Run | None:
-    """The run a record belongs to, or None when its "run" is bad: guessing would mix runs."""
+def _run_name(reader: _Reader, record: dict, path: Path, line: int | None) -> str | None:
+    """The run a record names, or None when its "run" is bad: guessing would mix runs."""
     if "run" not in record:
-        return reader.run(reader.default_run)
-    name = _checked(reader, record, "run", _name, _RUN_RULE, path, line)
-    return None if name is None else reader.run(name)
+        return reader.default_run
+    return _checked(reader, record, "run", _name, _RUN_RULE, path, line)
 
 
 def _read_run_document(reader: _Reader, document: dict, path: Path, line: int | None) -> None:
-    run = _record_run(reader, document, path, line)
+    name = _run_name(reader, document, path, line)
     points = document["points"]
     if not isinstance(points, list):
         reader.issue(f"points must be a list, got {_show(points)}", (*path, "points"), line)
-    elif run is not None:
+    elif name is not None:
+        run = reader.run(name)
         for index, point in enumerate(points):
             _read_point(reader, run, point, (*path, "points", index), line)
+
+
+def _read_state_top(reader: _Reader, document: Any, line: int | None) -> None:
+    if not isinstance(document, dict):
+        reader.issue(f"expected an object, got {_show(document)}", (), line)
+    elif "log_history" not in document:
+        reader.issue('missing "log_history"', (), line)
+    else:
+        _read_trainer_state(reader, document, (), line)
 
 
 def _read_trainer_state(reader: _Reader, state: dict, path: Path, line: int | None) -> None:
@@ -438,22 +453,33 @@ def _read_trainer_state(reader: _Reader, state: dict, path: Path, line: int | No
 
 def _read_point(reader: _Reader, run: _Run, point: Any, path: Path, line: int | None) -> None:
     """Keep one point, or report every bad field of it."""
-    if type(point) is dict:
-        tag, step, value = point.get("tag"), point.get("step"), point.get("value")
-        wall_time = point.get("wall_time")
-        if (  # the common case, checked inline: a million points must not cost seconds
-            type(tag) is str
-            and tag
-            and type(step) is int
-            and 0 <= step <= _MAX_STEP
-            and type(value) is float
-            and (wall_time is None or type(wall_time) is float)
-        ):
-            run.add(tag, step, math.nan if wall_time is None else wall_time, value)
-            return
-    else:
+    if not isinstance(point, dict):
         reader.issue(f"expected an object, got {_show(point)}", path, line)
-        return
+    elif not _add_plain_point(run, point):
+        _read_point_fields(reader, run, point, path, line)
+
+
+def _add_plain_point(run: _Run, point: dict) -> bool:
+    """Add the common, clean point with inline checks only: a million points must not cost
+    seconds.  False means "look closer", not "bad"."""
+    tag, step, value = point.get("tag"), point.get("step"), point.get("value")
+    wall_time = point.get("wall_time")
+    if (
+        type(tag) is str
+        and tag
+        and type(step) is int
+        and 0 <= step <= _MAX_STEP
+        and type(value) is float
+        and (wall_time is None or type(wall_time) is float)
+    ):
+        run.add(tag, step, math.nan if wall_time is None else wall_time, value)
+        return True
+    return False
+
+
+def _read_point_fields(
+    reader: _Reader, run: _Run, point: dict, path: Path, line: int | None
+) -> None:
     fields = []
     for key, convert, rule in _POINT_FIELDS:
         if key in point:
@@ -468,24 +494,24 @@ def _read_point(reader: _Reader, run: _Run, point: Any, path: Path, line: int | 
 
 
 def _read_row_record(reader: _Reader, row: dict, path: Path, line: int | None) -> None:
-    run = _record_run(reader, row, path, line)
-    if run is not None:
-        _read_row(reader, run, row, path, line)
+    name = _run_name(reader, row, path, line)
+    if name is not None:
+        _read_row(reader, reader.run(name), row, path, line)
 
 
 def _read_row(reader: _Reader, run: _Run, row: dict, path: Path, line: int | None) -> None:
     """One wide row: its step and wall time are shared by all its metrics, so a bad one drops
     the row, while a bad metric drops only itself."""
-    step_key = next((key for key in STEP_KEYS if key in row), None)
+    step_key = _first_present(row, STEP_KEYS)
     if step_key is None:
         reader.issue('missing "step"', path, line)
         return
     step = _checked(reader, row, step_key, _step, _STEP_RULE, path, line)
-    wall_key = next((key for key in WALL_TIME_KEYS if key in row), None)
+    wall_key = _first_present(row, WALL_TIME_KEYS)
     wall_time = _optional_wall_time(reader, row, wall_key, path, line)
     if step is None or wall_time is None:
         return
-    for tag, raw, where in _metrics(row, path, ""):
+    for tag, raw, where in _metrics(row, path, "", 0):
         value = _number(raw)
         if not tag:
             reader.issue(f"{_TAG_RULE}, got {_show(tag)}", where, line)
@@ -495,13 +521,23 @@ def _read_row(reader: _Reader, run: _Run, row: dict, path: Path, line: int | Non
             run.add(tag, step, wall_time, value)
 
 
-def _metrics(row: dict, path: Path, prefix: str) -> Iterator[tuple[str, Any, Path]]:
-    """(tag, raw value, path) of a wide row's metrics, nested objects flattened with "/"."""
+def _first_present(row: dict, keys: tuple[str, ...]) -> str | None:
+    for key in keys:
+        if key in row:
+            return key
+    return None
+
+
+def _metrics(row: dict, path: Path, prefix: str, depth: int) -> Iterator[tuple[str, Any, Path]]:
+    """(tag, raw value, path) of a wide row's metrics, nested objects flattened with "/".
+
+    The depth limit keeps recursion (here and in `_Locator`) far from Python's stack limit,
+    which a hostile but valid document could otherwise reach."""
     for key, raw in row.items():
-        if not prefix and (key in NOT_METRICS or key.endswith(NOT_METRIC_SUFFIX)):
+        if depth == 0 and (key in NOT_METRICS or key.endswith(NOT_METRIC_SUFFIX)):
             continue
-        if isinstance(raw, dict):
-            yield from _metrics(raw, (*path, key), f"{prefix}{key}/")
+        if isinstance(raw, dict) and depth < MAX_NESTING:
+            yield from _metrics(raw, (*path, key), f"{prefix}{key}/", depth + 1)
         else:
             yield f"{prefix}{key}", raw, (*path, key)
 
@@ -544,7 +580,7 @@ def _number(raw: Any) -> float | None:
             return float(raw)
         except OverflowError:
             return None
-    if kind is str and _NUMBER.fullmatch(raw.strip()):
+    if kind is str and _NUMBER.fullmatch(raw.strip()):  # float() alone would take "1_0"
         return float(raw)
     return None
 

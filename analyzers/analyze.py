@@ -1,0 +1,80 @@
+"""One run in, every finding out: each detector on the series of its role, then the
+findings that belong together joined into one incident (a grad-norm explosion and the loss
+spike it leads)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from analyzers.config import AnalysisConfig
+from analyzers.findings import Finding, Kind, Severity, SpikeClass
+from analyzers.gradnorm import GradNormDetector
+from analyzers.lossscale import LossScaleDetector
+from analyzers.nonfinite import NonFiniteDetector
+from analyzers.restarts import RestartDetector
+from analyzers.roles import Role
+from analyzers.series import RunSeries
+from analyzers.spikes import LossSpikeDetector
+from analyzers.trend import DivergenceDetector, PlateauDetector
+
+
+def analyze_run(run: RunSeries, config: AnalysisConfig = AnalysisConfig()) -> list[Finding]:
+    """Findings for one prepared run, ordered by step."""
+    losses = run.with_role(Role.LOSS) + run.with_role(Role.EVAL_LOSS)
+    spike_detector = LossSpikeDetector(config.spikes)
+    spikes = [f for s in losses for f in spike_detector.detect(s)]
+    explosions = [f for s in run.with_role(Role.GRAD_NORM) for f in GradNormDetector(config.grad_norm).detect(s)]
+    explosions, spikes = _join(explosions, spikes, config.incident_steps)
+    lr = next(iter(run.with_role(Role.LEARNING_RATE)), None)
+    trends = []
+    for series in run.with_role(Role.LOSS):
+        diverged = [f for f in DivergenceDetector(config.trend).detect(series) if not _explained(f, spikes)]
+        trends += diverged + PlateauDetector(config.trend).detect(series, lr)
+    findings = (
+        spikes
+        + explosions
+        + NonFiniteDetector().detect(run)
+        + [f for s in run.with_role(Role.LOSS_SCALE) for f in LossScaleDetector(config.loss_scale).detect(s)]
+        + trends
+        + RestartDetector(config.restarts).detect(run, spikes)
+    )
+    return sorted(findings, key=lambda f: (f.start_step, f.kind.value, f.tag))
+
+
+def _join(explosions: list[Finding], spikes: list[Finding], lead: int) -> tuple[list[Finding], list[Finding]]:
+    """Pair each explosion with the loss spike starting at most `lead` steps after it (or
+    during it), and mark both; an explosion feeding a divergent spike is critical."""
+    spikes = list(spikes)
+    joined = []
+    for explosion in explosions:
+        if explosion.kind is not Kind.GRAD_NORM_EXPLOSION:
+            joined.append(explosion)
+            continue
+        start = explosion.start_step
+        near = [
+            (i, s) for i, s in enumerate(spikes)
+            if start - lead <= s.start_step <= max(start + lead, explosion.end_step or start)
+        ]
+        if not near:
+            joined.append(explosion)
+            continue
+        i, spike = min(near, key=lambda pair: abs(pair[1].start_step - start))
+        spikes[i] = replace(spike, evidence={**spike.evidence, "grad_norm_explosion_step": start, "grad_norm_ratio": explosion.ratio})
+        severity = Severity.CRITICAL if spike.classification is SpikeClass.DIVERGENT else explosion.severity
+        joined.append(
+            replace(
+                explosion,
+                severity=severity,
+                message=f"{explosion.message}; {spike.tag} spikes {spike.start_step - start:+d} steps later",
+                evidence={**explosion.evidence, "loss_spike_step": spike.start_step, "loss_spike_tag": spike.tag},
+            )
+        )
+    return joined, spikes
+
+
+def _explained(divergence: Finding, spikes: list[Finding]) -> bool:
+    """A rise that a divergent spike on the same tag already accounts for is not news."""
+    return any(
+        s.tag == divergence.tag and s.classification is SpikeClass.DIVERGENT and s.start_step >= divergence.start_step
+        for s in spikes
+    )

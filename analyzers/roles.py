@@ -1,0 +1,50 @@
+"""What each tag is, from the names real trainers give them (Hugging Face, Megatron,
+OLMo-core, Composer, Lightning/NeMo, Keras, plain scripts)."""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable, Mapping
+
+
+class Role(str, enum.Enum):
+    LOSS = "loss"
+    EVAL_LOSS = "eval_loss"
+    GRAD_NORM = "grad_norm"
+    LEARNING_RATE = "learning_rate"
+    LOSS_SCALE = "loss_scale"
+    OTHER = "other"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_EVAL = r"(eval|val|valid|validation|test|dev)"
+# First match wins; patterns see the tag lower-cased.
+_RULES: list[tuple[Role, re.Pattern[str]]] = [
+    (Role.LOSS_SCALE, re.compile(r"loss[-_ ]?scale|(^|/)scaler?(/|$)|grad_scale")),
+    (Role.GRAD_NORM, re.compile(r"grad(ient)?[-_ ]?norm|l2_norm/grad|(^|/)gnorm($|/)|total grad norm")),
+    (Role.LEARNING_RATE, re.compile(r"(^|[/_ -])(lr|learning[-_ ]?rate)($|[/_ -]|\d)")),
+    (Role.EVAL_LOSS, re.compile(rf"(^|[/_ -]){_EVAL}[/_ -]?.*loss|loss.*[/_ -]{_EVAL}($|[/_ -])")),
+    (Role.LOSS, re.compile(r"(^|[/_ -])(\w+[_ ])?loss($|[/_ -]|\d)|(^|/)(ce|nll|lm)[-_ ]loss|per_token_loss")),
+]
+# Not losses, though the word is in them: counters and timings about the loss.
+_NOT_LOSS = re.compile(r"(loss_?count|num_?loss|loss.*(time|seconds|ms)$|lossy)")
+
+
+def infer_role(tag: str) -> Role:
+    """The role a tag most likely plays; OTHER when its name says nothing."""
+    name = tag.lower()
+    for role, pattern in _RULES:
+        if pattern.search(name):
+            if role in (Role.LOSS, Role.EVAL_LOSS) and _NOT_LOSS.search(name):
+                continue
+            return role
+    return Role.OTHER
+
+
+def assign_roles(tags: Iterable[str], overrides: Mapping[str, str | Role] | None = None) -> dict[str, Role]:
+    """Roles for every tag; `overrides` (tag -> role) win over the names."""
+    overrides = overrides or {}
+    return {tag: Role(overrides[tag]) if tag in overrides else infer_role(tag) for tag in tags}

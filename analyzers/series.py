@@ -1,0 +1,113 @@
+"""Series preparation: from every write of a tag to the sorted current view the detectors
+measure, with non-finite values split out and the run's logging interval known."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from analyzers.roles import Role, assign_roles
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A rollback as the analyzers need it (the reader finds them)."""
+
+    from_step: int
+    to_step: int
+    segment: int  # the segment the resume opens
+    wall_time: float | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class TagWrites:
+    """Every write of one tag, in write order."""
+
+    step: np.ndarray  # int64
+    value: np.ndarray  # float64
+    segment: np.ndarray  # int32
+
+
+@dataclass(frozen=True, eq=False)
+class Series:
+    """One tag's current view, sorted by step.
+
+    `step`/`value` hold every point; `fstep`/`fvalue` only the finite ones, which is what
+    statistics are computed on: a NaN never reaches a median.
+    """
+
+    tag: str
+    role: Role
+    step: np.ndarray
+    value: np.ndarray
+    finite: np.ndarray  # bool mask over step/value
+    fstep: np.ndarray
+    fvalue: np.ndarray
+    interval: int  # typical steps between logged points (1, 10, 500 ...)
+
+    def __len__(self) -> int:
+        return len(self.step)
+
+
+@dataclass(frozen=True, eq=False)
+class RunSeries:
+    series: dict[str, Series]
+    writes: dict[str, TagWrites]  # kept for what restarts hide
+    resumes: tuple[Resume, ...]
+
+    def with_role(self, role: Role) -> list[Series]:
+        return [s for s in self.series.values() if s.role is role]
+
+
+def current_view(tag: np.ndarray, step: np.ndarray, segment: np.ndarray, resume_to: Mapping[int, int]) -> np.ndarray:
+    """Mask of the writes a resumed run stands on (writes given in write order).
+
+    A resume to step s (`resume_to`: segment -> s) hides every earlier segment's write at
+    step >= s, as TensorBoard purges orphaned points; of several writes of one (tag, step)
+    the later wins.
+    """
+    n = len(step)
+    if n == 0:
+        return np.zeros(0, bool)
+    first, last = int(segment.min()), int(segment.max())
+    threshold = np.full(last + 2, np.iinfo(np.int64).max, np.int64)
+    for j in range(last, first - 1, -1):
+        later = resume_to.get(j + 1)
+        threshold[j] = threshold[j + 1] if later is None else min(threshold[j + 1], later)
+    keep = step < threshold[segment]
+    order = np.lexsort((np.arange(n), step, tag))
+    survivors = order[keep[order]]
+    same = (tag[survivors][1:] == tag[survivors][:-1]) & (step[survivors][1:] == step[survivors][:-1])
+    last_of_key = np.zeros(n, bool)
+    last_of_key[survivors[np.append(~same, True)]] = True
+    return last_of_key
+
+
+def logging_interval(steps: np.ndarray) -> int:
+    """The typical gap between logged steps: the median positive difference."""
+    gaps = np.diff(steps)
+    gaps = gaps[gaps > 0]
+    return max(1, int(np.median(gaps))) if len(gaps) else 1
+
+
+def prepare_series(tag: str, role: Role, writes: TagWrites, resume_to: Mapping[int, int]) -> Series:
+    keep = current_view(np.zeros(len(writes.step), np.int8), writes.step, writes.segment, resume_to)
+    step, value = writes.step[keep], writes.value[keep]
+    order = np.argsort(step, kind="stable")  # the mask kept write order; sort by step once
+    step, value = step[order], value[order]
+    finite = np.isfinite(value)
+    return Series(tag, role, step, value, finite, step[finite], value[finite], logging_interval(step))
+
+
+def prepare_run(
+    writes: Mapping[str, TagWrites],
+    resumes: tuple[Resume, ...] = (),
+    roles: Mapping[str, str | Role] | None = None,
+) -> RunSeries:
+    """Every tag's current view with its role (`roles` overrides what names suggest)."""
+    resume_to = {r.segment: r.to_step for r in resumes}
+    assigned = assign_roles(writes, roles)
+    series = {tag: prepare_series(tag, assigned[tag], w, resume_to) for tag, w in writes.items()}
+    return RunSeries(series=series, writes=dict(writes), resumes=tuple(resumes))

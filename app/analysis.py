@@ -1,0 +1,80 @@
+"""The bridge from what the reader returns to what the analyzers take, and from findings
+to alerts: a finding placed in its run, with a stable identity."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from analyzers.analyze import analyze_run
+from analyzers.config import AnalysisConfig
+from analyzers.findings import Finding
+from analyzers.series import Resume, RunSeries, TagWrites, prepare_run
+from app.ingest.logdir import Run
+
+
+@dataclass(frozen=True)
+class Alert:
+    """A finding of one run.  `id` is the same for the same incident on every analysis:
+    a fingerprint of run, tag, kind and onset step."""
+
+    id: str
+    source: str  # the path the run was found under
+    run: str
+    finding: Finding
+
+    def to_dict(self) -> dict[str, Any]:
+        f = self.finding
+        return {
+            "id": self.id,
+            "source": self.source,
+            "run": self.run,
+            "tag": f.tag,
+            "kind": f.kind.value,
+            "classification": f.classification.value if f.classification else None,
+            "severity": str(f.severity),
+            "start_step": f.start_step,
+            "peak_step": f.peak_step,
+            "end_step": f.end_step,
+            "recovery_steps": f.recovery_steps,
+            "peak_value": _number(f.peak_value),
+            "baseline": _number(f.baseline),
+            "ratio": _number(f.ratio),
+            "message": f.message,
+            "remediation": f.remediation,
+            "evidence": {k: _number(v) if isinstance(v, float) else v for k, v in f.evidence.items()},
+        }
+
+
+def fingerprint(source: str, run: str, tag: str, kind: str, start_step: int) -> str:
+    key = "\x1f".join((source, run, tag, kind, str(start_step)))
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def run_series(run: Run, roles: dict[str, str] | None = None) -> RunSeries:
+    """A read run's points, split per tag, as the analyzers take them."""
+    p = run.points
+    order = np.argsort(p.tag, kind="stable")
+    bounds = np.flatnonzero(np.diff(p.tag[order])) + 1
+    writes = {}
+    for chunk in np.split(order, bounds):
+        if len(chunk):
+            writes[p.tags[p.tag[chunk[0]]]] = TagWrites(p.step[chunk], p.value[chunk], run.segment[chunk])
+    resumes = tuple(Resume(r.from_step, r.to_step, r.segment, r.wall_time) for r in run.rollbacks)
+    return prepare_run(writes, resumes, roles)
+
+
+def analyze(source: str, run: Run, config: AnalysisConfig = AnalysisConfig()) -> list[Alert]:
+    findings = analyze_run(run_series(run, config.roles), config)
+    return [
+        Alert(fingerprint(source, run.name, f.tag, f.kind.value, f.start_step), source, run.name, f)
+        for f in findings
+    ]
+
+
+def _number(x: float | None) -> float | None:
+    return x if x is None or math.isfinite(x) else None
