@@ -32,44 +32,55 @@ class NonFiniteDetector:
         bad = ~series.finite
         steps, values = series.step[bad], series.value[bad]
         first = int(steps[0])
-        recovered = bool(series.finite[np.flatnonzero(bad)[-1] :].any())
+        came_back = bool(series.finite[np.flatnonzero(bad)[0] :].any())
+        finite_at = np.flatnonzero(series.finite)
+        # non-finite to the end: from the step after the last finite point
+        stuck_from = None if series.finite[-1] else int(series.step[finite_at[-1] + 1] if len(finite_at) else series.step[0])
         kinds = sorted({"NaN" if np.isnan(x) else ("+Inf" if x > 0 else "-Inf") for x in values})
-        hidden = series.role is Role.GRAD_NORM and any(
-            _finite_at(loss, steps) for loss in losses
-        )
-        severity = self._severity(series.role, recovered, fp16)
-        what = "/".join(kinds)
-        message = f"{series.tag} is {what} from step {first} ({len(steps)} points)"
-        message += ", then finite again" if recovered else " and never finite again"
+        hidden = series.role is Role.GRAD_NORM and any(_finite_at(loss, steps) for loss in losses)
+        message = f"{series.tag} is {'/'.join(kinds)} at {len(steps)} points from step {first}"
+        if stuck_from is None:
+            message += ", finite again since"
+        elif stuck_from == first:
+            message += " and never finite again"
+        else:
+            message += f"; finite in between, then non-finite from step {stuck_from} to the end"
         if hidden:
             message += "; the loss looks finite at those steps (the trainer may be hiding NaN losses)"
         return Finding(
             kind=Kind.NONFINITE,
             tag=series.tag,
-            severity=severity,
+            severity=self._severity(series.role, stuck_from is not None, fp16),
             start_step=first,
+            peak_step=stuck_from,
             end_step=int(steps[-1]),
             message=message,
-            remediation=self._remediation(series.role, recovered, fp16, first),
-            evidence={"count": int(len(steps)), "values": kinds, "recovered": recovered, "hidden": hidden},
+            remediation=self._remediation(series.role, stuck_from, fp16, first),
+            evidence={
+                "count": int(len(steps)),
+                "values": kinds,
+                "came_back": came_back,
+                "nonfinite_from": stuck_from,
+                "hidden": hidden,
+            },
         )
 
     @staticmethod
-    def _severity(role: Role, recovered: bool, fp16: bool) -> Severity:
-        if role is Role.GRAD_NORM and recovered and fp16:
+    def _severity(role: Role, stuck: bool, fp16: bool) -> Severity:
+        if role is Role.GRAD_NORM and not stuck and fp16:
             return Severity.INFO  # the loss scaler skipped overflowing steps, as designed
-        if role in (Role.LOSS, Role.EVAL_LOSS, Role.GRAD_NORM) and not recovered:
+        if role in (Role.LOSS, Role.EVAL_LOSS, Role.GRAD_NORM) and stuck:
             return Severity.CRITICAL
         return Severity.WARNING
 
     @staticmethod
-    def _remediation(role: Role, recovered: bool, fp16: bool, first: int) -> str:
-        before = max(0, first - 100)
-        if role is Role.GRAD_NORM and recovered and fp16:
+    def _remediation(role: Role, stuck_from: int | None, fp16: bool, first: int) -> str:
+        if role is Role.GRAD_NORM and stuck_from is None and fp16:
             return "Expected under fp16 dynamic loss scaling (overflowing steps are skipped); act only if it keeps happening."
+        onset = first if stuck_from is None else stuck_from
         advice = (
-            f"Roll back to a checkpoint from before step {first} (step {before} or earlier), skip the "
-            f"batches around it or lower the learning rate. {_TRACE}."
+            f"Roll back to a checkpoint from before step {onset} (step {max(0, onset - 100)} or earlier), "
+            f"skip the batches around it or lower the learning rate. {_TRACE}."
         )
         if fp16:
             advice += " Under fp16, train in bf16 or keep the overflowing op in fp32."

@@ -1,7 +1,10 @@
 """Loss spikes: where they start and peak, and how they end.
 
-A spike starts at the first point far above the baseline (both `min_ratio` times the level
-and `z` robust sigmas above it, so neither a noisy nor a quiet curve fools it).  It ends
+A spike starts at the first point far above the baseline: both `min_ratio` times the level
+(1.4: the smallest spike in the public logbooks is IDEFICS' 1.9x, and heavy-tailed batch
+noise of a few percent throws 1.3x blips) and `z` robust sigmas above it, so neither a
+noisy nor a quiet curve fools it; and it must be sudden, most of its height gained within
+`rise_points` points, or it is a climb, which the trend detectors judge.  It ends
 when the loss is back within the noise band of the level it left, for `recovery_points`
 points in a row.  How long that took, in training steps, classifies it:
 
@@ -29,7 +32,7 @@ from analyzers.series import Series
 
 @dataclass(frozen=True)
 class SpikeConfig:
-    min_ratio: float = 1.25  # peak at least 25% above the level ...
+    min_ratio: float = 1.4  # peak at least 40% above the level ...
     z: float = 6.0  # ... and 6 robust sigmas above it
     recovery_z: float = 3.0  # back within 3 sigmas of the pre-spike level ...
     recovery_tolerance: float = 0.05  # ... or within 5% of it

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.ingest.problems import IngestError, Problem
 from app.ingest.textlogs import TextLogRead, parse_text_log
@@ -704,3 +706,33 @@ def test_many_points_take_the_array_path() -> None:
     assert run.tags == ("t0", "t1", "t2")
     assert run.step.tolist() == list(range(20_000))
     assert run.value.tolist() == [i / 7 for i in range(20_000)]
+
+
+point_lists = st.lists(
+    st.tuples(
+        st.text(min_size=1, max_size=8),
+        st.integers(min_value=0, max_value=2**63 - 1),
+        st.one_of(st.none(), st.floats(allow_nan=False)),
+        st.floats(),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(point_lists, st.sampled_from(["json", "ndjson"]))
+def test_any_points_round_trip_exactly(points: list[tuple], fmt: str) -> None:
+    records = [{"step": s, "tag": t, "value": v, "wall_time": w} for t, s, w, v in points]
+    if fmt == "json":
+        text = json.dumps({"run": "r", "points": records})
+    else:
+        text = "\n".join(json.dumps({"run": "r", **record}) for record in records)
+    result = read(text, strict=True)
+    got = rows(result, "r") if points else []
+    expected = [(t, s, math.nan if w is None else w, v) for t, s, w, v in points]
+    assert len(got) == len(expected)
+    for (t, s, w, v), (et, es, ew, ev) in zip(got, expected):
+        assert (t, s) == (et, es)
+        assert w == ew or (math.isnan(w) and math.isnan(ew))
+        assert v == ev or (math.isnan(v) and math.isnan(ev))
+        assert math.isnan(ev) or math.copysign(1, v) == math.copysign(1, ev)  # -0.0 stays

@@ -9,8 +9,8 @@ The format is detected from the content unless the caller names one (`fmt`):
 * ``ndjson``: the first non-blank line is a complete JSON value and more lines follow.  Every
   line is read as a JSON document of its own; blank lines are ignored.
 * ``json``: anything else is one JSON document.  Its top level is a record or a list of records.
-* ``trainer_state``: (never detected, only forced) a JSON document that must be a Hugging Face
-  ``trainer_state.json``; detected JSON reads the same file the same way.
+* ``trainer_state``: a JSON document that must be a Hugging Face ``trainer_state.json``.  Only
+  ever forced: detection reads such a file as ``json``, with the same result.
 
 Empty input (only whitespace) reads as no runs and no problems, whatever the format.
 
@@ -23,7 +23,7 @@ A JSON object is read as the first of these that fits:
 * a **trainer state** if it has ``"log_history"``: every entry of that list is a wide row (the
   ``epoch``, ``train_runtime``, ``total_flos`` ... keys are not metrics, see below);
 * a **point** if it has ``"tag"`` or ``"value"``: ``{"step", "tag", "value"}`` are required,
-  ``"wall_time"`` and ``"run"`` are optional, other keys are ignored;
+  ``"wall_time"`` (null or absent: unknown) and ``"run"`` are optional, other keys are ignored;
 * otherwise a **wide row**, as trainers print them:
   ``{"step": 10, "loss": 2.31, "grad_norm": 0.8, "learning_rate": 3e-4}``.
 
@@ -41,8 +41,10 @@ Wide rows (and CSV rows):
   strings are problems;
 * in CSV an empty cell is no point rather than a problem, and columns without a name are ignored.
 
-Runs: a run document's ``"run"``, else a point's or wide row's own ``"run"`` key (or CSV column),
-else the `run` argument, else ``"default"``.  A trainer state always uses the `run` argument.
+Runs: a run document's ``"run"`` (its points' own ``"run"`` keys are ignored), else a point's or
+wide row's ``"run"`` key (or CSV column), else the `run` argument, else ``"default"``.  A trainer state always uses the `run` argument.
+A ``"run"`` that is not a non-empty string is a problem and its document or record is skipped:
+filing its points under another name would mix runs.
 
 Numbers: a value or wall time is a JSON number, one of the bare tokens ``NaN``, ``Infinity``,
 ``-Infinity``, or a string holding a number, including ``nan``, ``inf`` and ``infinity`` in any
@@ -51,15 +53,18 @@ an integral number (``10.0``, ``"10"``) is accepted, ``10.5`` is not.
 
 Problems
 --------
-Every bad value is a `Problem` with the line it starts on (for JSON documents found after the
-fact, and only when something is wrong) and a JSON path such as ``$.points[3].value``,
-``$[12].loss`` or ``$.log_history[4].loss``; an NDJSON line or CSV row is ``$`` on its own line.
-A point with any bad field is dropped; a wide row with a bad step, wall time or run is dropped
-whole, while one bad metric drops only that metric.  Everything else is kept.  In strict mode
-any problem raises `IngestError` with all of them and nothing is returned.
+Every bad value is a `Problem` with the 1-based line it starts on and a JSON path such as
+``$.points[3].value``, ``$[12].loss`` or ``$.log_history[4].loss`` (names that are not
+identifiers are bracketed: ``$['val/loss']``).  An NDJSON line or CSV row is ``$`` on its own
+line; a missing key is reported at the path of its object.  In a JSON document lines are looked
+up only once something is wrong, so clean files pay nothing for them.
 
-The reasons, word for word (``<v>`` is the offending value written as JSON, or "an object" /
-"a list"; strings longer than 40 characters are cut short with "..."):
+A point with any bad field is dropped; a wide row with a bad step, wall time or run is dropped
+whole, while a bad metric drops only itself.  Everything else is kept.  In strict mode any
+problem raises `IngestError` with all of them and nothing is returned.
+
+The reasons, word for word (``<v>`` is the offending value written as JSON, cut to 40
+characters ending in "..." if longer, or "an object" / "a list"):
 
 * ``value must be a number, got <v>``
 * ``step must be an integer >= 0, got <v>``
@@ -70,8 +75,8 @@ The reasons, word for word (``<v>`` is the offending value written as JSON, or "
 * ``expected an object, got <v>``
 * ``missing "step"`` (also a wide row without a step key or a CSV row with an empty step cell),
   ``missing "tag"``, ``missing "value"``, ``missing "log_history"``
-* ``invalid JSON: <json message> (column <n>)``, ``invalid JSON: nested too deeply``,
-  ``invalid JSON: number too long`` (an integer of thousands of digits)
+* ``invalid JSON: <json message> (column <n>)`` with the line, ``invalid JSON: nested too
+  deeply``, ``invalid JSON: number too long`` (an integer of thousands of digits)
 * ``invalid UTF-8`` (with the byte offset), ``invalid CSV: <csv message>``
 * CSV: ``no step column``, ``duplicate column "<name>"``, ``expected <n> cells, got <m>``
 """

@@ -1,0 +1,279 @@
+"""Training curves whose truth is known: clean curves shaped like real ones (warmup, decay,
+cosine schedules, noise, bf16 rounding, coarse logging), with planted patterns of each kind,
+and a scorer that matches what the analyzers found against what was planted.
+
+Used by the tests (which hold precision and recall at floors) and by bench/accuracy.py
+(which prints the table)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from analyzers.analyze import analyze_run
+from analyzers.config import AnalysisConfig
+from analyzers.findings import Finding, Kind, Severity, SpikeClass
+from analyzers.series import Resume, TagWrites, prepare_run
+
+FAST_STEPS, SLOW_STEPS = 100, 1000  # the analyzers' defaults, which the truth is labelled by
+
+
+@dataclass(frozen=True)
+class Truth:
+    kind: Kind
+    tag: str
+    step: int
+    classification: SpikeClass | None = None
+
+
+@dataclass
+class Curve:
+    name: str
+    steps: np.ndarray
+    tags: dict[str, np.ndarray]
+    truth: list[Truth] = field(default_factory=list)
+    resumes: tuple[Resume, ...] = ()
+
+    def findings(self, config: AnalysisConfig = AnalysisConfig()) -> list[Finding]:
+        zero = np.zeros(len(self.steps), np.int32)
+        writes = {tag: TagWrites(self.steps, values, zero) for tag, values in self.tags.items()}
+        return analyze_run(prepare_run(writes, self.resumes), config)
+
+
+# -- clean curves ------------------------------------------------------------------------
+
+
+def clean_curve(
+    seed: int,
+    *,
+    points: int = 4000,
+    interval: int = 1,
+    noise: float = 0.02,
+    heavy_tails: bool = False,
+    bf16: bool = False,
+    schedule: str = "cosine",
+    name: str | None = None,
+) -> Curve:
+    """Loss, grad norm and LR of a healthy run: warmup, then cosine (or step) decay."""
+    rng = np.random.default_rng(seed)
+    steps = np.arange(points, dtype=np.int64) * interval
+    total = steps[-1] + interval
+    t = steps / total
+    warmup = 0.03
+    lr = 3e-4 * np.where(t < warmup, t / warmup, _decay(t, warmup, schedule))
+    start, floor = rng.uniform(6, 11), rng.uniform(1.5, 3.0)
+    progress = np.cumsum(lr) / lr.sum()
+    loss = floor + (start - floor) * np.exp(-6 * progress)
+    if schedule == "step":
+        loss *= np.where(t > 0.6, 0.94, 1.0)  # an LR step drop shows as a loss drop
+    jitter = rng.standard_t(4, points) / np.sqrt(2) if heavy_tails else rng.standard_normal(points)
+    loss = loss * (1 + noise * jitter)
+    grad = (0.25 + 0.6 * np.exp(-8 * t)) * np.exp(0.1 * rng.standard_normal(points))
+    if bf16:
+        loss, grad = _bf16(loss), _bf16(grad)
+    tags = {"train/loss": loss, "train/grad_norm": grad, "train/lr": lr}
+    flags = ("-bf16" if bf16 else "") + ("-t4" if heavy_tails else "")
+    return Curve(name or f"clean-{schedule}-n{noise}-i{interval}{flags}", steps, tags)
+
+
+def _decay(t: np.ndarray, warmup: float, schedule: str) -> np.ndarray:
+    if schedule == "step":
+        return np.where(t > 0.6, 0.3, 1.0)
+    if schedule == "constant":
+        return np.ones_like(t)
+    x = (t - warmup) / (1 - warmup)
+    return 0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * np.clip(x, 0, 1)))
+
+
+def _bf16(x: np.ndarray) -> np.ndarray:
+    """Round to nearest bfloat16 (ties away), as a bf16 training loop logs its loss."""
+    bits = x.astype(np.float32).view(np.uint32)
+    return ((bits + 0x8000) & 0xFFFF0000).view(np.float32).astype(np.float64)
+
+
+# -- planted patterns ----------------------------------------------------------------------
+
+
+def _horizons(interval: int) -> tuple[int, int]:
+    return max(FAST_STEPS, 2 * interval), max(SLOW_STEPS, 2 * interval)
+
+
+def plant_spike(curve: Curve, at: int, kind: SpikeClass, rng: np.random.Generator, tag: str = "train/loss") -> None:
+    """A spike starting at point index `at`: up within 1-3 steps, then back linearly over a
+    duration chosen well inside its class, or (divergent) settling 15-50% higher."""
+    interval = int(curve.steps[1] - curve.steps[0])
+    fast, slow = _horizons(interval)
+    loss = curve.tags[tag]
+    ratio = rng.uniform(1.5, 4.0)
+    rise = int(rng.integers(1, 4))  # steps: a spike comes within a few steps, however often it is logged
+    s = curve.steps
+    t0 = s[at]
+    up = (s >= t0) & (s < t0 + rise)
+    if kind is SpikeClass.DIVERGENT:
+        settle = rng.uniform(1.3, 1.6)
+        down = s >= t0 + rise
+        decay_steps = rng.uniform(50, 200)
+        loss[up] *= ratio
+        loss[down] *= settle + (ratio - settle) * np.exp(-(s[down] - t0) / decay_steps)
+    else:
+        span = rng.uniform(0.2, 0.6) * fast if kind is SpikeClass.FAST_RECOVERING else rng.uniform(2.0, 6.0) * fast
+        span = max(span, interval) if kind is SpikeClass.FAST_RECOVERING else min(span, 0.6 * slow)
+        loss[up] *= ratio
+        down = (s >= t0 + rise) & (s < t0 + rise + span)
+        loss[down] *= 1 + (ratio - 1) * (1 - (s[down] - t0 - rise) / span)
+    curve.truth.append(Truth(Kind.LOSS_SPIKE, tag, int(t0), kind))
+
+
+def plant_explosion(curve: Curve, at: int, rng: np.random.Generator, with_spike: bool) -> None:
+    """Grad norm 15-1000x its level for 1-4 points; a fast loss spike 0-5 steps later."""
+    grad = curve.tags["train/grad_norm"]
+    width = int(rng.integers(1, 5))
+    grad[at : at + width] *= 10 ** rng.uniform(1.2, 3.0)
+    curve.truth.append(Truth(Kind.GRAD_NORM_EXPLOSION, "train/grad_norm", int(curve.steps[at])))
+    if with_spike:
+        plant_spike(curve, at + int(rng.integers(0, 3)), SpikeClass.FAST_RECOVERING, rng)
+
+
+def plant_nonfinite(curve: Curve, at: int, rng: np.random.Generator) -> None:
+    """The loss turns NaN (or Inf) at `at` and stays so; the grad norm too."""
+    bad = float("nan") if rng.random() < 0.7 else float("inf")
+    curve.tags["train/loss"][at:] = bad
+    curve.tags["train/grad_norm"][at:] = bad
+    step = int(curve.steps[at])
+    curve.truth += [Truth(Kind.NONFINITE, "train/loss", step), Truth(Kind.NONFINITE, "train/grad_norm", step)]
+
+
+def plant_divergence(curve: Curve, at: int) -> None:
+    """The trend turns upward at `at` and keeps rising to ~1.6x by the end, no spike."""
+    loss = curve.tags["train/loss"]
+    n = len(loss) - at
+    loss[at:] *= 1 + 0.6 * (np.arange(n) / n) ** 1.2
+    curve.truth.append(Truth(Kind.DIVERGENCE, "train/loss", int(curve.steps[at])))
+
+
+def labelled_corpus(seed: int = 0) -> list[Curve]:
+    """Clean curves of every shape, and the same shapes with planted patterns."""
+    rng = np.random.default_rng(seed)
+    corpus = []
+    shapes = [
+        dict(interval=1, noise=0.01), dict(interval=1, noise=0.03), dict(interval=1, noise=0.02, bf16=True),
+        dict(interval=10, noise=0.02), dict(interval=100, noise=0.02, points=1500),
+        dict(interval=1, noise=0.02, schedule="step"), dict(interval=1, noise=0.005, bf16=True),
+        dict(interval=1, noise=0.05), dict(interval=1, noise=0.03, heavy_tails=True),
+        dict(interval=10, noise=0.03, schedule="constant", bf16=True),
+    ]
+    for i, shape in enumerate(shapes):
+        for rep in range(3):
+            base = 1000 * i + 10 * rep
+            corpus.append(clean_curve(seed + base, **shape))
+            curve = clean_curve(seed + base + 1, **shape)
+            curve.name = curve.name.replace("clean", "spikes")
+            n = len(curve.steps)
+            interval = int(curve.steps[1])
+            gap = max(1, 1200 // interval + 2)
+            spots = list(range(n // 5, n - gap, gap))
+            rng.shuffle(spots)
+            kinds = [SpikeClass.FAST_RECOVERING, SpikeClass.SLOW_RECOVERING, SpikeClass.FAST_RECOVERING]
+            for at, kind in zip(sorted(spots[:3]), kinds):
+                plant_spike(curve, at, kind, rng)
+            corpus.append(curve)
+            tail = clean_curve(seed + base + 2, **shape)
+            tail.name = tail.name.replace("clean", "divergent")
+            plant_spike(tail, int(0.7 * len(tail.steps)), SpikeClass.DIVERGENT, rng)
+            corpus.append(tail)
+            grads = clean_curve(seed + base + 3, **shape)
+            grads.name = grads.name.replace("clean", "explosions")
+            plant_explosion(grads, int(0.35 * len(grads.steps)), rng, with_spike=True)
+            plant_explosion(grads, int(0.65 * len(grads.steps)), rng, with_spike=False)
+            corpus.append(grads)
+            nan = clean_curve(seed + base + 4, **shape)
+            nan.name = nan.name.replace("clean", "nan")
+            plant_nonfinite(nan, int(rng.uniform(0.5, 0.9) * len(nan.steps)), rng)
+            corpus.append(nan)
+            up = clean_curve(seed + base + 5, **shape)
+            up.name = up.name.replace("clean", "rising")
+            plant_divergence(up, int(0.6 * len(up.steps)))
+            corpus.append(up)
+    return corpus
+
+
+# -- scoring -----------------------------------------------------------------------------
+
+
+@dataclass
+class Score:
+    true_positives: int = 0
+    false_positives: int = 0
+    false_negatives: int = 0
+    classified_right: int = 0
+    classified: int = 0
+    misses: list[str] = field(default_factory=list)
+    false_alarms: list[str] = field(default_factory=list)
+
+    @property
+    def precision(self) -> float:
+        found = self.true_positives + self.false_positives
+        return self.true_positives / found if found else 1.0
+
+    @property
+    def recall(self) -> float:
+        planted = self.true_positives + self.false_negatives
+        return self.true_positives / planted if planted else 1.0
+
+    @property
+    def classification_accuracy(self) -> float:
+        return self.classified_right / self.classified if self.classified else 1.0
+
+
+SCORED = (Kind.LOSS_SPIKE, Kind.GRAD_NORM_EXPLOSION, Kind.NONFINITE, Kind.DIVERGENCE)
+
+
+def tolerance(kind: Kind, interval: int, points: int) -> int:
+    if kind is Kind.DIVERGENCE:
+        return max(10 * interval, int(0.1 * points * interval))  # a trend turns over many steps
+    return max(10, 3 * interval)
+
+
+def score(corpus: list[Curve], config: AnalysisConfig = AnalysisConfig()) -> tuple[dict[Kind, Score], list[str]]:
+    """Event-level scores per kind, and the clean curves that raised warnings or worse."""
+    scores = {kind: Score() for kind in SCORED}
+    loud_clean = []
+    for curve in corpus:
+        findings = curve.findings(config)
+        interval = int(curve.steps[1] - curve.steps[0])
+        if not curve.truth and any(f.severity >= Severity.WARNING for f in findings):
+            loud_clean.append(f"{curve.name}: " + "; ".join(f.message for f in findings if f.severity >= Severity.WARNING))
+        for kind in SCORED:
+            _match(curve, kind, [f for f in findings if f.kind is kind], scores[kind], interval)
+    return scores, loud_clean
+
+
+def _match(curve: Curve, kind: Kind, found: list[Finding], score: Score, interval: int) -> None:
+    planted = [t for t in curve.truth if t.kind is kind]
+    tol = tolerance(kind, interval, len(curve.steps))
+    used: set[int] = set()
+    for truth in planted:
+        near = [
+            (abs(f.start_step - truth.step), i) for i, f in enumerate(found)
+            if i not in used and f.tag == truth.tag and abs(f.start_step - truth.step) <= tol
+        ]
+        if not near:
+            score.false_negatives += 1
+            score.misses.append(f"{curve.name}: {truth.kind.value} at {truth.step}")
+            continue
+        _, i = min(near)
+        used.add(i)
+        score.true_positives += 1
+        if truth.classification is not None:
+            score.classified += 1
+            if found[i].classification is truth.classification:
+                score.classified_right += 1
+            else:
+                score.misses.append(
+                    f"{curve.name}: {truth.classification.value} at {truth.step} called {found[i].classification.value}"
+                )
+    for i, f in enumerate(found):
+        if i not in used:
+            score.false_positives += 1
+            score.false_alarms.append(f"{curve.name}: {f.message}")
