@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
 from analyzers.config import AnalysisConfig
 from analyzers.findings import Finding, Kind, Severity, SpikeClass
 from analyzers.gradnorm import GradNormDetector
@@ -20,6 +22,13 @@ from analyzers.trend import DivergenceDetector, PlateauDetector
 
 def analyze_run(run: RunSeries, config: AnalysisConfig = AnalysisConfig()) -> list[Finding]:
     """Findings for one prepared run, ordered by step."""
+    # Values near the float64 limits overflow to inf in differences and ratios; inf compares
+    # as it should, so the warnings say nothing the results do not.
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        return _analyze(run, config)
+
+
+def _analyze(run: RunSeries, config: AnalysisConfig) -> list[Finding]:
     losses = run.with_role(Role.LOSS) + run.with_role(Role.EVAL_LOSS)
     spike_detector = LossSpikeDetector(config.spikes)
     spikes = [f for s in losses for f in spike_detector.detect(s)]

@@ -100,5 +100,5 @@ def _noise(values: np.ndarray, config: BaselineConfig) -> np.ndarray:
     earlier = np.empty(blocks)
     earlier[0] = per_block[0]
     if blocks > 1:
-        earlier[1:] = bn.move_median(per_block, config.noise_history, min_count=1)[:-1]
+        earlier[1:] = bn.move_median(per_block, min(config.noise_history, blocks), min_count=1)[:-1]
     return np.nan_to_num(np.repeat(earlier, size)[:n])

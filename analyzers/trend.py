@@ -108,7 +108,9 @@ class PlateauDetector:
         edge = max(1, (len(t.level) - first) // 10)
         before, after = float(np.median(t.level[first : first + edge])), float(np.median(t.level[-edge:]))
         progress = before - after
-        if progress >= c.plateau_tolerance * abs(before) or progress < -c.plateau_tolerance * abs(before):
+        # no progress: less than the tolerance, or than what noise alone moves two such medians
+        tolerance = max(c.plateau_tolerance * abs(before), 3 * t.noise * np.sqrt(2 / edge))
+        if abs(progress) >= tolerance:
             return []  # still improving, or rising (the divergence detector's business)
         start = int(series.fstep[n - window])
         stalled = _lr_share(lr, start)
