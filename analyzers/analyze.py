@@ -38,7 +38,8 @@ def _analyze(run: RunSeries, config: AnalysisConfig) -> list[Finding]:
     trends = []
     for series in run.with_role(Role.LOSS):
         diverged = [f for f in DivergenceDetector(config.trend).detect(series) if not _explained(f, spikes)]
-        trends += diverged + PlateauDetector(config.trend).detect(series, lr)
+        # a loss that diverged and stayed up is not also a plateau
+        trends += diverged or PlateauDetector(config.trend).detect(series, lr)
     findings = (
         spikes
         + explosions
@@ -52,7 +53,8 @@ def _analyze(run: RunSeries, config: AnalysisConfig) -> list[Finding]:
 
 def _join(explosions: list[Finding], spikes: list[Finding], lead: int) -> tuple[list[Finding], list[Finding]]:
     """Pair each explosion with the loss spike starting at most `lead` steps after it (or
-    during it), and mark both; an explosion feeding a divergent spike is critical."""
+    during it), and mark both; the explosion takes the spike's severity (clipping may have
+    absorbed it: a fast-recovering spike makes it informational)."""
     spikes = list(spikes)
     joined = []
     for explosion in explosions:
@@ -69,11 +71,10 @@ def _join(explosions: list[Finding], spikes: list[Finding], lead: int) -> tuple[
             continue
         i, spike = min(near, key=lambda pair: abs(pair[1].start_step - start))
         spikes[i] = replace(spike, evidence={**spike.evidence, "grad_norm_explosion_step": start, "grad_norm_ratio": explosion.ratio})
-        severity = Severity.CRITICAL if spike.classification is SpikeClass.DIVERGENT else explosion.severity
         joined.append(
             replace(
                 explosion,
-                severity=severity,
+                severity=spike.severity,  # one incident: as serious as what the loss did
                 message=f"{explosion.message}; {spike.tag} spikes {spike.start_step - start:+d} steps later",
                 evidence={**explosion.evidence, "loss_spike_step": spike.start_step, "loss_spike_tag": spike.tag},
             )
@@ -82,8 +83,11 @@ def _join(explosions: list[Finding], spikes: list[Finding], lead: int) -> tuple[
 
 
 def _explained(divergence: Finding, spikes: list[Finding]) -> bool:
-    """A rise that a divergent spike on the same tag already accounts for is not news."""
+    """A rise that a spike on the same tag, still up or gone divergent, already accounts for
+    is not news."""
     return any(
-        s.tag == divergence.tag and s.classification is SpikeClass.DIVERGENT and s.start_step >= divergence.start_step
+        s.tag == divergence.tag
+        and s.classification is not SpikeClass.FAST_RECOVERING
+        and s.start_step >= divergence.start_step
         for s in spikes
     )

@@ -5,8 +5,9 @@ A spike starts at the first point far above the baseline: both `min_ratio` times
 noise of a few percent throws 1.3x blips) and `z` robust sigmas above it, so neither a
 noisy nor a quiet curve fools it; and it must be sudden, most of its height gained within
 `rise_points` points, or it is a climb, which the trend detectors judge.  It ends
-when the loss is back within the noise band of the level it left, for `recovery_points`
-points in a row.  How long that took, in training steps, classifies it:
+when the loss is back within the noise band of the level it left: the median of the next
+`recovery_window` steps' points (a noisy minibatch loss dips into the band long before its
+mean is back), or with coarse logging `recovery_points` points in a row.  How long that took, in training steps, classifies it:
 
 * fast_recovering: back within `fast_steps` (BLOOM-176B's spike came back in ~36 steps);
 * slow_recovering: back within `slow_steps` (IDEFICS-80B took ~200, a 13B run ~500);
@@ -36,7 +37,8 @@ class SpikeConfig:
     z: float = 6.0  # ... and 6 robust sigmas above it
     recovery_z: float = 3.0  # back within 3 sigmas of the pre-spike level ...
     recovery_tolerance: float = 0.05  # ... or within 5% of it
-    recovery_points: int = 2  # that many points in a row
+    recovery_window: int = 25  # steps whose median must be back (at most this many points)
+    recovery_points: int = 2  # coarse logging: that many points in a row
     fast_steps: int = 100
     slow_steps: int = 1000
     settle_steps: int = 300  # no progress back over this long: settled higher
@@ -107,11 +109,14 @@ class LossSpikeDetector:
         c = self.config
         v, s = series.fvalue, series.fstep
         level, sigma = float(base.level[onset]), float(base.sigma[onset])
-        band = level + max(c.recovery_z * sigma, c.recovery_tolerance * abs(level), 2 * float(base.quantum[onset]))
+        width = max(1, min(c.recovery_window, c.recovery_window // series.interval))
+        # the noise of a median of `width` points is sigma * sqrt(pi / 2 / width)
+        spread = c.recovery_z * sigma * np.sqrt(np.pi / 2 / width)
+        band = level + max(spread, c.recovery_tolerance * abs(level), 2 * float(base.quantum[onset]))
         slow_horizon = self._horizon(c.slow_steps, series.interval)
         end = int(np.searchsorted(s, s[onset] + slow_horizon, side="right"))
-        back = _first_run(v[onset + 1 : end] <= band, c.recovery_points)
-        if back is not None:
+        back = _first_back(v[onset + 1 : end + width - 1], band, width, c.recovery_points)
+        if back is not None and onset + 1 + back < end:
             recovery = onset + 1 + back
             peak = onset + int(np.argmax(v[onset:recovery]))
             fast = s[recovery] - s[onset] <= self._horizon(c.fast_steps, series.interval)
@@ -182,6 +187,18 @@ class LossSpikeDetector:
                 **({"outcome": spike.why} if spike.why else {}),
             },
         )
+
+
+def _first_back(after: np.ndarray, band: float, width: int, points: int) -> int | None:
+    """First index from which the loss is back in the band: the median of `width` points
+    from there, or (width 1, coarse logging) `points` points in a row."""
+    if width == 1:
+        return _first_run(after <= band, points)
+    if len(after) < width:
+        return None
+    ahead = bn.move_median(after, width)[width - 1 :]  # ahead[j] = median(after[j : j + width])
+    hits = np.flatnonzero(ahead <= band)
+    return int(hits[0]) + width // 2 if len(hits) else None  # where that median stands
 
 
 def _first_run(mask: np.ndarray, length: int) -> int | None:

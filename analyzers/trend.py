@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import bottleneck as bn
 import numpy as np
 
 from analyzers.baseline import DIFF_MAD_TO_SIGMA
@@ -45,6 +46,9 @@ def smoothed(series: Series, blocks: int) -> Trend:
 
 
 class DivergenceDetector:
+    """The trend rose well above its lowest point and has not come back: still rising, or
+    settled at a higher level (the loss "starts to come down but settles higher")."""
+
     def __init__(self, config: TrendConfig = TrendConfig()) -> None:
         self.config = config
 
@@ -57,16 +61,18 @@ class DivergenceDetector:
         since = t.level[low:]
         if len(since) < 4:
             return []
-        rise = float(t.level[-1] - t.level[low])
-        upward = float(np.mean(np.diff(since) > 0))
+        base, now, top = float(t.level[low]), float(t.level[-1]), float(since.max())
+        rise = now - base
         if not (
-            rise >= c.divergence_rise * abs(float(t.level[low]))
+            rise > 0
+            and rise >= c.divergence_rise * abs(base)
             and rise >= c.divergence_z * t.noise
-            and upward >= c.rising_share
-            and t.level[-1] >= since.max() - 0.1 * rise
+            and rise >= 0.5 * (top - base)  # not on its way back down
         ):
             return []
         start = int(t.step[low])
+        rising = float(np.mean(np.diff(since) > 0)) >= c.rising_share and now >= top - 0.1 * rise
+        how = "keeps climbing" if rising else "has stayed up"
         return [
             Finding(
                 kind=Kind.DIVERGENCE,
@@ -74,19 +80,19 @@ class DivergenceDetector:
                 severity=Severity.CRITICAL,
                 start_step=start,
                 peak_step=int(t.step[-1]),
-                peak_value=float(t.level[-1]),
-                baseline=float(t.level[low]),
-                ratio=float(t.level[-1] / t.level[low]) if t.level[low] > 0 else None,
+                peak_value=now,
+                baseline=base,
+                ratio=now / base if base > 0 else None,
                 message=(
                     f"{series.tag} has been rising since step {start}: its trend went "
-                    f"{float(t.level[low]):.4g} -> {float(t.level[-1]):.4g} and keeps climbing (divergence without a spike)"
+                    f"{base:.4g} -> {now:.4g} and {how} (divergence)"
                 ),
                 remediation=(
                     f"Roll back to a checkpoint from before step {start} and change the recipe, not just the "
                     "seed: lower the learning rate, check the init std, use bf16 rather than fp16, Adam "
                     "beta2 = 0.95, and the data mixture at that point. Restarts alone only delay it."
                 ),
-                evidence={"upward_share": upward, "noise": t.noise},
+                evidence={"still_rising": rising, "noise": t.noise},
             )
         ]
 
@@ -112,10 +118,11 @@ class PlateauDetector:
         tolerance = max(c.plateau_tolerance * abs(before), 3 * t.noise * np.sqrt(2 / edge))
         if abs(progress) >= tolerance:
             return []  # still improving, or rising (the divergence detector's business)
-        start = int(series.fstep[n - window])
-        stalled = _lr_share(lr, start)
+        window_start = int(series.fstep[n - window])
+        start = min(window_start, int(t.step[_flat_since(t.level, after, tolerance, edge)]))
+        stalled = _lr_share(lr, window_start)
         severity = Severity.WARNING if stalled is not None and stalled <= c.stalled_lr else Severity.INFO
-        message = f"{series.tag} has not improved since step {start}: {before:.4g} -> {after:.4g} over {int(series.fstep[-1]) - start} steps"
+        message = f"{series.tag} has not improved since step {start}: {float(t.level[first]):.4g} -> {after:.4g} over {int(series.fstep[-1]) - start} steps"
         if stalled is not None:
             message += f"; the learning rate there is {stalled:.2%} of its peak"
         return [
@@ -138,6 +145,14 @@ class PlateauDetector:
                 evidence={"progress": progress, **({"lr_share": stalled} if stalled is not None else {})},
             )
         ]
+
+
+def _flat_since(level: np.ndarray, end: float, tolerance: float, edge: int) -> int:
+    """The earliest block from which the trend (its rolling median over `edge` blocks)
+    never left the band around where it ends."""
+    smooth = bn.move_median(level, edge, min_count=1)
+    outside = np.flatnonzero(np.abs(smooth - end) >= tolerance)
+    return int(outside[-1]) + 1 if len(outside) else 0
 
 
 def _lr_share(lr: Series | None, step: int) -> float | None:
