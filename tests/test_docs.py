@@ -1,0 +1,55 @@
+"""Every command, option, setting and alert kind a user can meet is documented in the README."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tomllib
+
+from analyzers.config import AnalysisConfig
+from analyzers.findings import Kind, SpikeClass
+from app.cli import main
+from tests.conftest import REPO
+
+README = (REPO / "README.md").read_text()
+
+
+def test_every_command_and_option_is_documented():
+    for name, command in main.commands.items():
+        assert f"### `losswatch {name}" in README, name
+        for param in command.params:
+            for opt in getattr(param, "opts", []):
+                if opt.startswith("--"):
+                    assert opt in README, f"{name} {opt}"
+
+
+def test_every_alert_kind_and_spike_class_is_documented():
+    for value in [k.value for k in Kind] + [c.value for c in SpikeClass]:
+        assert f"`{value}`" in README, value
+
+
+def leaves(obj, prefix: str = "") -> set[str]:
+    out = set()
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            out |= leaves(value, f"{prefix}{f.name}.")
+        else:
+            out.add(prefix + f.name)
+    return out
+
+
+def test_the_settings_block_names_every_setting_with_its_default():
+    block = re.search(r"## Settings.*?```toml\n(.*?)```", README, re.S).group(1)
+    documented = tomllib.loads(block)
+    AnalysisConfig.from_mapping(documented)  # the example is a valid settings file
+    for key in leaves(AnalysisConfig()) - {"roles"}:
+        head, _, name = key.rpartition(".")
+        section = head.replace("grad_norm.baseline", "spikes.baseline")
+        table = documented
+        for part in filter(None, section.split(".")):
+            table = table[part]
+        default = AnalysisConfig()
+        for part in key.split("."):
+            default = getattr(default, part)
+        assert table[name] == default, key
