@@ -42,6 +42,7 @@ import math
 import os
 import shutil
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -51,6 +52,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 HOST = "losswatch-samples"
+STAGING: list[Path] = [HERE]  # where the runs are written; generate() points it at a temp dir
 STEP_SECONDS = 0.1
 
 # The training setup every run shares.
@@ -289,6 +291,7 @@ class RunResult:
     wall_times: list[list[float]] = field(default_factory=list)
     evals: list[tuple[int, float]] = field(default_factory=list)
     final_eval: float | None = None
+    next_lr: float | None = None  # the scheduler's LR after the last step
     notes: dict = field(default_factory=dict)
 
 
@@ -308,7 +311,7 @@ def run_simple(
     res = RunResult(name, what, where, window)
     trainer = Trainer(data, lr_lambda, fp16=fp16)
     t0 = 1_710_000_000.0 + 100_000.0 * index
-    writer = RunWriter(HERE / name, t0)
+    writer = RunWriter(STAGING[0] / name, t0)
     recs, walls = [], []
     for step in range(total):
         rec = trainer.train_step(step, corrupt)
@@ -321,10 +324,11 @@ def run_simple(
         if stop is not None and stop(recs):
             res.notes["stopped_after_step"] = step
             break
-    res.files.append(writer.close().relative_to(HERE).as_posix())
+    res.files.append(writer.close().relative_to(STAGING[0]).as_posix())
     res.records.append(recs)
     res.wall_times.append(walls)
     res.final_eval = trainer.eval_loss()
+    res.next_lr = trainer.opt.param_groups[0]["lr"]
     return res
 
 
@@ -334,7 +338,7 @@ def run_resume(index: int, data, what: str, where: str, window: list[int],
     lam = warmup_cosine(total)
     trainer = Trainer(data, lam)
     t0 = 1_710_000_000.0 + 100_000.0 * index
-    writer = RunWriter(HERE / "resume", t0)
+    writer = RunWriter(STAGING[0] / "resume", t0)
     recs, walls, ckpts = [], [], {}
     for step in range(crash_after):
         if step % 500 == 0 and step > 0:
@@ -344,7 +348,7 @@ def run_resume(index: int, data, what: str, where: str, window: list[int],
         writer.log(rec, wt)
         recs.append(rec)
         walls.append(wt)
-    res.files.append(writer.close().relative_to(HERE).as_posix())
+    res.files.append(writer.close().relative_to(STAGING[0]).as_posix())
     res.records.append(recs)
     res.wall_times.append(walls)
     # The process dies after step crash_after - 1.  A new process resumes from the checkpoint at
@@ -352,7 +356,7 @@ def run_resume(index: int, data, what: str, where: str, window: list[int],
     t1 = walls[-1] + 600.0
     trainer2 = Trainer(data, lam)
     trainer2.restore(ckpts[ckpt_step], with_scheduler=False)
-    writer = RunWriter(HERE / "resume", t1)
+    writer = RunWriter(STAGING[0] / "resume", t1)
     recs, walls = [], []
     for i, step in enumerate(range(ckpt_step, total)):
         rec = trainer2.train_step(step)
@@ -360,7 +364,7 @@ def run_resume(index: int, data, what: str, where: str, window: list[int],
         writer.log(rec, wt)
         recs.append(rec)
         walls.append(wt)
-    res.files.append(writer.close().relative_to(HERE).as_posix())
+    res.files.append(writer.close().relative_to(STAGING[0]).as_posix())
     res.records.append(recs)
     res.wall_times.append(walls)
     res.final_eval = trainer2.eval_loss()
@@ -472,13 +476,13 @@ def make_runs() -> list[RunResult]:
         window=[1499, 1500, 1501, 1550, 1599, 1650, 1700, 1800, 1999, 2500, 2999],
         total=3000, crash_after=2000, ckpt_step=1500))
 
-    stall = 300
+    stall = 200
     results.append(run_simple(
         "stalled_lr", 6, data, total,
         what=f"Clean setup; from step {stall} the LR is set to 1e-9 (a scheduler bug), so the "
              "model stops learning.",
         where="",
-        window=[100, 200, 299, 300, 301, 400, 600, 1000, 1500, 2000, 2500, 2999],
+        window=[100, 150, 199, 200, 201, 300, 500, 1000, 1500, 2000, 2500, 2999],
         lr_lambda=lambda k: base(k) if k < stall else 1e-9 / PEAK_LR))
     results[-1].notes["stall_step"] = stall
     describe(results)
@@ -611,7 +615,7 @@ def write_trainer_state(res: RunResult, path: Path, logging_steps: int = 10) -> 
         entry = {
             "epoch": k / STEPS_PER_EPOCH,
             "grad_norm": window[-1].grad_norm,
-            "learning_rate": recs[k].lr if k < n else recs[-1].lr,
+            "learning_rate": recs[k].lr if k < n else res.next_lr,
             "loss": round(sum(r.loss for r in window) / logging_steps, 4),
             "step": k,
         }
@@ -750,10 +754,19 @@ def write_readme(results: list[RunResult], path: Path) -> None:
 
 
 def generate() -> None:
-    for name in RUNS + ["json", "hf_trainer"]:
-        if (HERE / name).exists():
-            shutil.rmtree(HERE / name)
-    results = make_runs()
+    # The runs are written to a staging folder outside the repository and moved in at the end,
+    # so the work tree never holds a half-written run (writers name files by host and pid
+    # until they are closed and renamed).
+    STAGING[0] = Path(tempfile.mkdtemp(prefix="losswatch-samples-"))
+    try:
+        results = make_runs()
+        for name in RUNS + ["json", "hf_trainer"]:
+            if (HERE / name).exists():
+                shutil.rmtree(HERE / name)
+        for name in RUNS:
+            shutil.move(str(STAGING[0] / name), str(HERE / name))
+    finally:
+        shutil.rmtree(STAGING[0], ignore_errors=True)
     by_name = {r.name: r for r in results}
     write_json_stream(by_name["bad_batch"], HERE / "json" / "bad_batch.json")
     write_trainer_state(by_name["lr_burst"], HERE / "hf_trainer" / "trainer_state.json")
