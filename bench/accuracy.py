@@ -1,18 +1,22 @@
 """Precision and recall of losswatch's detectors on a labelled corpus (generated curves with
 planted patterns, tests/curves.py) and the classification accuracy of loss spikes, beside the
-one-rule detectors other tools ship, on the same curves.
+one-rule detectors other tools ship, on the same curves; then the real sample runs against
+what was caused in them (sample_runs/labels.json).
 
     .venv/bin/python bench/accuracy.py
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analyzers.findings import Kind  # noqa: E402
+from analyzers.findings import Kind, Severity  # noqa: E402
+from app.analysis import analyze  # noqa: E402
+from app.ingest.sources import read_path  # noqa: E402
 from bench.peers import PEERS  # noqa: E402
 from tests.curves import SCORED, Score, labelled_corpus, score, tolerance  # noqa: E402
 
@@ -55,6 +59,31 @@ def main() -> None:
     print(f"\nclean curves with a warning or worse: {len(loud_clean)}")
     for line in loud_clean:
         print("  " + line)
+    sample_runs()
+
+
+def sample_runs() -> None:
+    samples = Path(__file__).resolve().parents[1] / "sample_runs"
+    labels = json.loads((samples / "labels.json").read_text())
+    alerts = {name: analyze(str(samples), run) for name, run in read_path(str(samples)).runs.items()}
+    print("\n| sample run | caused | found | step found | classification |")
+    print("|---|---|---|---|---|")
+    matched = set()
+    for event in labels["events"]:
+        hits = [
+            a for a in alerts[event["run"]]
+            if a.finding.kind.value == event["kind"] and a.finding.tag == event["tag"]
+            and abs(a.finding.start_step - event["step"]) <= event["tolerance"]
+        ]
+        matched.update(a.id for a in hits[:1])
+        f = hits[0].finding if hits else None
+        cls = f"{f.classification.value} (caused: {event['classification']})" if f and f.classification else "-"
+        print(f"| {event['run']} | {event['kind']} {event['tag']} @ {event['step']} | {'yes' if f else 'NO'} | "
+              f"{f.start_step if f else '-'} | {cls} |")
+    extra = [a for run in alerts.values() for a in run if a.id not in matched and a.finding.severity >= Severity.WARNING]
+    print(f"\nwarnings or worse not among the caused patterns: {len(extra)}")
+    for a in extra:
+        print(f"  {a.run}: {a.finding.message}")
 
 
 if __name__ == "__main__":

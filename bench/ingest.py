@@ -1,7 +1,8 @@
 """How fast losswatch reads TensorBoard scalars, against the readers people use today.
 
-Run:  .venv/bin/python bench/ingest.py            # full comparison, ~10-15 min
-      .venv/bin/python bench/ingest.py --quick    # slow peers on a 10% subset, < 2 min
+Run:  .venv/bin/python bench/ingest.py            # full comparison, ~3-15 min
+      .venv/bin/python bench/ingest.py --quick    # slow peers on a 10% subset, < 1 min
+(writing the data the first time adds ~2 min on 2 cores).
 
 Data, written once with tensorboardX into bench/data/ (git-ignored) and reused:
   1m/       one run, one file: 4 tags x 250,000 steps = 1,000,000 scalars
@@ -12,6 +13,7 @@ records of 1m/, the first 20 runs of 200runs/), next to losswatch on the same fi
 Full reads: each reader runs in its own fresh subprocess, so its peak RSS is its own.  Wall and
 CPU (user+sys) time cover the read alone, after the imports; peak RSS is the child's ru_maxrss
 just after the read (its value before the read, i.e. interpreter plus imports, in brackets).
+A read shorter than 5 s is run in 3 fresh subprocesses and the one of median CPU time reported.
 points/s is per CPU-second; MB/s is event-file bytes per wall second; "slower" is losswatch
 read_logdir's points/s over the reader's on the same files.  Files are in the page cache.
 
@@ -53,6 +55,7 @@ RUNS, RUN_STEPS = 200, 5_000
 QUICK_RECORDS, QUICK_RUNS = 100_000, 20
 APPEND_STEPS = 1_000
 REPEATS = 20
+SHORT_READ_S, SHORT_READ_TRIES = 5.0, 3  # sub-second reads are noisy on a shared machine
 
 
 def log(message: str) -> None:
@@ -281,6 +284,16 @@ def run_child(key: str, path: Path) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def measure_reader(key: str, path: Path) -> dict:
+    """One fresh child; a short read gets more, and the one of median CPU time is kept."""
+    first = run_child(key, path)
+    if "error" in first or first["wall"] >= SHORT_READ_S:
+        return first
+    tries = [first] + [run_child(key, path) for _ in range(SHORT_READ_TRIES - 1)]
+    tries = sorted((t for t in tries if "error" not in t), key=lambda t: t["cpu"])
+    return tries[len(tries) // 2]
+
+
 def warm(path: Path) -> int:
     """Read every event file once (so every reader finds them cached); return their bytes."""
     return sum(len(f.read_bytes()) for f in event_files(path))
@@ -291,7 +304,7 @@ def measure_case(case: Case) -> list[str]:
     results = {}
     for key in case.readers:
         log(f"{case.dataset}: {READERS[key].label} ...")
-        results[key] = run_child(key, case.path)
+        results[key] = measure_reader(key, case.path)
         log(f"  {_brief(results[key])}")
     base = results["read_logdir"]
     return [table_row(case.dataset, READERS[k].label, r, base, nbytes) for k, r in results.items()]

@@ -14,7 +14,7 @@ from tests.eventfiles import file_version, loss_events, record, write_events
 
 
 @pytest.fixture
-def ten(tmp_path):
+def ten(tmp_path, crc_mode):
     path = tmp_path / "events.out.tfevents.1"
     offsets = write_events(path, [file_version(), *loss_events(range(10))])
     return path, offsets

@@ -14,12 +14,15 @@ import crc32c
 import numpy as np
 
 from app.ingest import _tfrecord
+from app.ingest.crc import enable_native_crc
 from app.ingest.points import Points
 from app.ingest.problems import IngestError, Problem
 from app.ingest.restarts import SessionStart
 
 CHUNK_BYTES = 16 << 20  # bounds memory on multi-GB files; larger chunks gain nothing
 MAX_RECORD_BYTES = 256 << 20  # larger than any real event (graphs included): a corrupt length
+
+enable_native_crc()
 
 
 class ReadEnd(enum.Enum):
