@@ -61,4 +61,5 @@ class Finding:
     baseline: float | None = None
     ratio: float | None = None
     classification: SpikeClass | None = None
+    ongoing: bool = False  # still true at the last point: an alert on it stays open
     evidence: dict[str, Any] = field(default_factory=dict)

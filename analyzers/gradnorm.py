@@ -50,6 +50,7 @@ class GradNormDetector:
                     peak_value=float(v[peak]),
                     baseline=base,
                     ratio=ratio,
+                    ongoing=last == len(v) - 1,
                     message=(
                         f"{series.tag} exploded at step {int(s[first])}: {base:.3g} -> {float(v[peak]):.3g} "
                         f"({ratio:.3g}x, {math.log10(ratio):.1f} orders of magnitude)"
@@ -82,6 +83,7 @@ class GradNormDetector:
                     start_step=int(s[first]),
                     end_step=int(s[last]),
                     peak_value=value,
+                    ongoing=last == len(v) - 1,
                     message=f"{series.tag} is stuck at {what} for {last - first + 1} points (steps {int(s[first])}-{int(s[last])})",
                     remediation=(
                         "A grad norm that never changes is not being measured, or the optimizer is skipping "

@@ -56,6 +56,7 @@ class LossScaleDetector:
                 peak_value=float(v[low]),
                 baseline=float(v[top]),
                 ratio=float(v[low] / v[top]) if v[top] else None,
+                ongoing=bool(v[-1] <= c.floor or v[-1] * c.collapse_factor <= v.max()),
                 message=(
                     f"{series.tag} fell from {float(v[top]):g} to {where} by step {int(s[low])} "
                     f"({halvings} drops, {math.log2(fall) if math.isfinite(fall) else math.inf:.0f} halvings' worth): "

@@ -54,6 +54,7 @@ class NonFiniteDetector:
             start_step=first,
             peak_step=stuck_from,
             end_step=int(steps[-1]),
+            ongoing=stuck_from is not None,
             message=message,
             remediation=self._remediation(series.role, stuck_from, fp16, first),
             evidence={

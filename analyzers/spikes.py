@@ -176,6 +176,7 @@ class LossSpikeDetector:
             baseline=spike.level,
             ratio=ratio,
             classification=spike.classification,
+            ongoing=spike.recovery is None,
             message=_message(series.tag, spike, onset, peak_value, ratio, recovery_steps),
             remediation=_remediation(spike.classification, onset),
             evidence={

@@ -83,6 +83,7 @@ class DivergenceDetector:
                 peak_value=now,
                 baseline=base,
                 ratio=now / base if base > 0 else None,
+                ongoing=True,
                 message=(
                     f"{series.tag} has been rising since step {start}: its trend went "
                     f"{base:.4g} -> {now:.4g} and {how} (divergence)"
@@ -134,6 +135,7 @@ class PlateauDetector:
                 end_step=int(series.fstep[-1]),
                 peak_value=after,
                 baseline=before,
+                ongoing=True,
                 message=message,
                 remediation=(
                     "The learning rate has all but stopped: check the scheduler (a decay that ended early, "

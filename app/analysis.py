@@ -13,7 +13,7 @@ import numpy as np
 from analyzers.analyze import analyze_run
 from analyzers.config import AnalysisConfig
 from analyzers.findings import Finding
-from analyzers.series import Resume, RunSeries, TagWrites, prepare_run
+from analyzers.series import Resume, TagWrites, prepare_run
 from app.ingest.logdir import Run
 
 
@@ -55,25 +55,34 @@ def fingerprint(source: str, run: str, tag: str, kind: str, start_step: int) -> 
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def run_series(run: Run, roles: dict[str, str] | None = None) -> RunSeries:
-    """A read run's points, split per tag, as the analyzers take them."""
+def tag_writes(run: Run) -> dict[str, TagWrites]:
+    """A read run's points, split per tag, in write order."""
     p = run.points
     order = np.argsort(p.tag, kind="stable")
     bounds = np.flatnonzero(np.diff(p.tag[order])) + 1
-    writes = {}
-    for chunk in np.split(order, bounds):
-        if len(chunk):
-            writes[p.tags[p.tag[chunk[0]]]] = TagWrites(p.step[chunk], p.value[chunk], run.segment[chunk])
-    resumes = tuple(Resume(r.from_step, r.to_step, r.segment, r.wall_time) for r in run.rollbacks)
-    return prepare_run(writes, resumes, roles)
+    return {
+        p.tags[p.tag[chunk[0]]]: TagWrites(p.step[chunk], p.value[chunk], run.segment[chunk])
+        for chunk in np.split(order, bounds)
+        if len(chunk)
+    }
 
 
 def analyze(source: str, run: Run, config: AnalysisConfig = AnalysisConfig()) -> list[Alert]:
-    findings = analyze_run(run_series(run, config.roles), config)
-    return [
-        Alert(fingerprint(source, run.name, f.tag, f.kind.value, f.start_step), source, run.name, f)
-        for f in findings
-    ]
+    """Alerts of a run just read."""
+    resumes = tuple(Resume(r.from_step, r.to_step, r.segment, r.wall_time) for r in run.rollbacks)
+    return analyze_writes(source, run.name, tag_writes(run), resumes, config)
+
+
+def analyze_writes(
+    source: str,
+    run: str,
+    writes: dict[str, TagWrites],
+    resumes: tuple[Resume, ...],
+    config: AnalysisConfig = AnalysisConfig(),
+) -> list[Alert]:
+    """Alerts of a run given as every write of each tag (as the store holds them)."""
+    findings = analyze_run(prepare_run(writes, resumes, config.roles), config)
+    return [Alert(fingerprint(source, run, f.tag, f.kind.value, f.start_step), source, run, f) for f in findings]
 
 
 def _number(x: float | None) -> float | None:

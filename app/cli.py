@@ -11,13 +11,16 @@ import sys
 import tomllib
 
 import click
+import httpx
 import numpy as np
 
 from analyzers.config import AnalysisConfig, ConfigError
 from analyzers.findings import Severity
 from app import analysis
 from app.export import FORMATS, runs_frame, write_frame
-from app.report import render_table
+from app import scan as scanner
+from app.report import merged_changes, open_alerts_table, render_changes_markdown, render_changes_table, render_table
+from app.store.db import Store, StoreError, open_store
 from app.ingest.problems import IngestError, Problem
 from app.ingest.sources import PathRead, read_path
 
@@ -92,6 +95,80 @@ def analyze(paths: tuple[str, ...], fmt: str, config_file: str | None, fail_on: 
         sys.exit(EXIT_ALERTS)
 
 
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option(
+    "--db", "db_url", envvar="LOSSWATCH_DB", show_envvar=True,
+    help="Store URL: sqlite:///FILE or postgresql://... (default: a SQLite file in the user state directory).",
+)
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file of detector settings.")
+@click.option(
+    "--fail-on", type=click.Choice(FAIL_ON), default="warning", show_default=True,
+    help="Exit 1 when an alert of this severity or worse fires or changes in this scan.",
+)
+@click.option("--webhook", "webhooks", multiple=True, help="POST each change here (repeatable; slack+https://... for Slack).")
+@click.option("--all", "show_all", is_flag=True, help="Print every open alert, not only what changed.")
+def scan(
+    paths: tuple[str, ...], db_url: str | None, fmt: str, config_file: str | None, fail_on: str,
+    webhooks: tuple[str, ...], show_all: bool,
+) -> None:
+    """Read what is new under each PATH since the last scan, re-analyse the runs that
+    changed, and print each alert that fired, changed or resolved, once."""
+    config = _load_config(config_file)
+    store = _open_store(db_url)
+    progress = _progress("scanning runs") if sys.stderr.isatty() else None
+    try:
+        with httpx.Client() as client:
+            outcome = scanner.scan(store, list(paths), config=config, webhooks=list(webhooks), client=client, progress=progress)
+    except IngestError as e:
+        _report(e.problems)
+        sys.exit(EXIT_INPUT_ERROR)
+    _report(outcome.problems)
+    for failure in outcome.deliveries.failed:
+        click.echo(f"losswatch: webhook delivery failed (will retry on the next scan): {failure}", err=True)
+    summary = (
+        f"{len(outcome.events)} changes in {outcome.runs} runs "
+        f"({outcome.changed} with new data, {outcome.points} new points)"
+    )
+    open_records = scanner.open_alerts(store, list(paths)) if show_all else []
+    click.echo(_render_scan(fmt, outcome, summary, open_records, show_all))
+    worst = [Severity[e.event.record.severity.upper()] for e in outcome.events if e.event.change.value != "resolved"]
+    if show_all:
+        worst += [Severity[r.severity.upper()] for r in open_records if r.state.value == "firing"]
+    if fail_on != "never" and any(s >= Severity[fail_on.upper()] for s in worst):
+        sys.exit(EXIT_ALERTS)
+
+
+def _render_scan(fmt: str, outcome, summary: str, open_records, show_all: bool) -> str:
+    if fmt == "json":
+        body = {
+            "summary": {"runs": outcome.runs, "changed": outcome.changed, "points": outcome.points,
+                        "deliveries": {"delivered": outcome.deliveries.delivered, "failed": outcome.deliveries.failed}},
+            "changes": [
+                {"change": change, "state": r.event.record.state.value, "step": r.event.step, "reason": r.event.reason or None,
+                 "alert": r.event.record.finding}
+                for change, r in merged_changes(outcome.events)
+            ],
+        }
+        if show_all:
+            body["alerts"] = [{"state": r.state.value, "alert": r.finding} for r in open_records]
+        return json.dumps(body, indent=2)
+    if fmt == "markdown":
+        text = render_changes_markdown(outcome.events, summary)
+    else:
+        text = render_changes_table(outcome.events, summary)
+    return text + ("\n\nopen alerts:\n" + open_alerts_table(open_records) if show_all else "")
+
+
+def _open_store(url: str | None) -> Store:
+    try:
+        return open_store(url)
+    except StoreError as e:
+        _fail(str(e))
+    raise AssertionError("unreachable")
+
+
 def _load_config(path: str | None) -> AnalysisConfig:
     if path is None:
         return AnalysisConfig()
@@ -130,9 +207,9 @@ def _read(path: str, strict: bool) -> PathRead:
     return read
 
 
-def _progress():
+def _progress(what: str = "reading runs"):
     def show(done: int, total: int) -> None:
-        click.echo(f"\rreading runs: {done}/{total}", err=True, nl=done == total)
+        click.echo(f"\r{what}: {done}/{total}", err=True, nl=done == total)
 
     return show
 

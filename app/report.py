@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from app.alerts.lifecycle import AlertRecord
 from app.analysis import Alert
+from app.scan import Reported
 
 _MARK = {"critical": "CRIT", "warning": "WARN", "info": "info"}
 
@@ -33,3 +35,56 @@ def _steps(alert: Alert) -> str:
     if f.end_step is not None and f.end_step != f.start_step:
         return f"{f.start_step}-{f.end_step}"
     return f"{f.start_step}-" if f.kind.value == "loss_spike" else str(f.start_step)
+
+
+def merged_changes(reported: list[Reported]) -> list[tuple[str, Reported]]:
+    """One entry per alert: its changes in this scan joined ("firing+resolved"), last record."""
+    order: dict[str, tuple[list[str], Reported]] = {}
+    for r in reported:
+        changes, _ = order.get(r.event.record.id, ([], r))
+        order[r.event.record.id] = (changes + [r.event.change.value], r)
+    return [("+".join(changes), last) for changes, last in order.values()]
+
+
+def render_changes_table(reported: list[Reported], outcome_line: str) -> str:
+    rows = [
+        (
+            change.upper(),
+            _MARK[r.event.record.severity],
+            r.event.record.run,
+            r.event.record.kind + (f"/{r.event.record.classification}" if r.event.record.classification else ""),
+            str(r.event.record.start_step),
+            r.event.reason or r.event.record.finding["message"],
+        )
+        for change, r in merged_changes(reported)
+    ]
+    if not rows:
+        return outcome_line
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths)) + "  " + row[5] for row in rows]
+    return "\n".join(lines + [outcome_line])
+
+
+def render_changes_markdown(reported: list[Reported], outcome_line: str) -> str:
+    merged = merged_changes(reported)
+    if not merged:
+        return outcome_line
+    lines = ["| change | severity | run | kind | onset step | message |", "|---|---|---|---|---|---|"]
+    for change, r in merged:
+        rec = r.event.record
+        kind = rec.kind + (f" ({rec.classification})" if rec.classification else "")
+        message = (r.event.reason or rec.finding["message"]).replace("|", "\\|")
+        lines.append(f"| {change} | {rec.severity} | `{rec.run}` | {kind} | {rec.start_step} | {message} |")
+    return "\n".join(lines + ["", outcome_line])
+
+
+def open_alerts_table(records: list[AlertRecord]) -> str:
+    if not records:
+        return "no open alerts"
+    rows = [
+        (r.state.value.upper(), _MARK[r.severity], r.run, r.kind + (f"/{r.classification}" if r.classification else ""),
+         str(r.start_step), r.finding["message"])
+        for r in records
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths)) + "  " + row[5] for row in rows)

@@ -1,0 +1,1 @@
+"""Alert lifecycle and delivery: what becomes of a finding once it is stored."""

@@ -1,0 +1,170 @@
+"""An alert's life, in the manner of Prometheus: pending -> firing -> resolved.
+
+`evaluate` is a pure function of the stored alert records, the current analysis and the
+current step and time.  It says what every alert is now and which changes to report:
+
+* a new finding fires at once, except a loss spike whose class is still pending (and not
+  critical), which waits in `pending` and fires once classified;
+* a firing alert whose class or severity changes (slow-recovering -> divergent) is
+  `updated`, not replaced: its identity is a fingerprint of run, tag, kind and onset;
+* an alert resolves once, when its condition is over (the spike recovered, the values are
+  finite again) or when the analysis no longer sees it (a rollback rewrote those steps);
+  one that is over by the time it is first seen fires and resolves in the same evaluation;
+* a NaN or a divergence on a tag inhibits the lesser spike alerts after it on that tag:
+  they are kept, but never reported.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from analyzers.findings import Kind, Severity, SpikeClass
+from app.analysis import Alert
+
+
+class State(str, enum.Enum):
+    PENDING = "pending"
+    FIRING = "firing"
+    RESOLVED = "resolved"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Change(str, enum.Enum):
+    PENDING = "pending"
+    FIRING = "firing"
+    UPDATED = "updated"
+    RESOLVED = "resolved"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class AlertRecord:
+    """One alert as stored: its state, and the finding as last seen (a JSON object)."""
+
+    id: str
+    run: str
+    tag: str
+    kind: str
+    state: State
+    severity: str
+    classification: str | None
+    start_step: int
+    finding: dict[str, Any]
+    since_step: int | None  # step and time of the last state change
+    since_time: float
+    inhibited_by: str | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    """A change to report and keep in the alert's history."""
+
+    change: Change
+    record: AlertRecord  # the alert after the change
+    step: int | None
+    reason: str = ""
+
+
+_INHIBITORS = {Kind.NONFINITE.value, Kind.DIVERGENCE.value}
+
+
+def evaluate(
+    stored: Mapping[str, AlertRecord], current: list[Alert], last_step: int | None, now: float
+) -> tuple[list[AlertRecord], list[Event]]:
+    """Every alert's record after this evaluation, and the events to report."""
+    inhibited = _inhibitions(current)
+    records: list[AlertRecord] = []
+    events: list[Event] = []
+    for alert in current:
+        old = stored.get(alert.id)
+        record, happened = _step(old, alert, inhibited.get(alert.id), last_step, now)
+        records.append(record)
+        if record.inhibited_by is None:
+            events.extend(happened)
+    seen = {a.id for a in current}
+    for old in stored.values():
+        if old.id not in seen and old.state is not State.RESOLVED:
+            record = replace(old, state=State.RESOLVED, since_step=last_step, since_time=now)
+            records.append(record)
+            if old.inhibited_by is None:
+                events.append(Event(Change.RESOLVED, record, last_step, "no longer seen: those steps were rewritten"))
+    return records, events
+
+
+def _step(
+    old: AlertRecord | None, alert: Alert, inhibitor: str | None, last_step: int | None, now: float
+) -> tuple[AlertRecord, list[Event]]:
+    f = alert.finding
+    fields = alert.to_dict()
+    target = _target(alert)
+    record = AlertRecord(
+        id=alert.id,
+        run=alert.run,
+        tag=f.tag,
+        kind=f.kind.value,
+        state=target,
+        severity=str(f.severity),
+        classification=f.classification.value if f.classification else None,
+        start_step=f.start_step,
+        finding=fields,
+        since_step=old.since_step if old else None,
+        since_time=old.since_time if old else now,
+        inhibited_by=inhibitor,
+    )
+    before = old.state if old else None
+    if before is target:
+        changed = old is not None and (old.severity, old.classification) != (record.severity, record.classification)
+        return record, [Event(Change.UPDATED, record, last_step)] if changed and target is not State.RESOLVED else []
+    record = replace(record, since_step=_when(alert, target, last_step), since_time=now)
+    if target is State.PENDING:
+        return record, [Event(Change.PENDING, record, f.start_step)]
+    if target is State.FIRING:
+        return record, [Event(Change.FIRING, record, _fired_at(alert, last_step))]
+    happened = [] if before is State.FIRING else [Event(Change.FIRING, replace(record, state=State.FIRING), _fired_at(alert, last_step))]
+    return record, happened + [Event(Change.RESOLVED, record, record.since_step)]
+
+
+def _target(alert: Alert) -> State:
+    f = alert.finding
+    waiting = f.classification is SpikeClass.PENDING and f.severity < Severity.CRITICAL
+    if waiting:
+        return State.PENDING
+    return State.FIRING if f.ongoing else State.RESOLVED
+
+
+def _when(alert: Alert, target: State, last_step: int | None) -> int | None:
+    f = alert.finding
+    if target is State.RESOLVED:
+        return f.end_step if f.end_step is not None else last_step
+    return f.start_step if target is State.PENDING else _fired_at(alert, last_step)
+
+
+def _fired_at(alert: Alert, last_step: int | None) -> int | None:
+    """The step at which the alert could first fire: its onset, or for a spike the step by
+    which its class was known."""
+    f = alert.finding
+    return f.start_step if f.kind is not Kind.LOSS_SPIKE else (f.end_step or last_step)
+
+
+def _inhibitions(current: list[Alert]) -> dict[str, str]:
+    """Spike alert id -> the NaN or divergence alert on its tag that came first and is worse."""
+    by_tag: dict[str, list[Alert]] = {}
+    for a in current:
+        if a.finding.kind.value in _INHIBITORS:
+            by_tag.setdefault(a.finding.tag, []).append(a)
+    out = {}
+    for a in current:
+        if a.finding.kind is not Kind.LOSS_SPIKE:
+            continue
+        for inhibitor in by_tag.get(a.finding.tag, []):
+            if inhibitor.finding.start_step <= a.finding.start_step and inhibitor.finding.severity > a.finding.severity:
+                out[a.id] = inhibitor.id
+                break
+    return out

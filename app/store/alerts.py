@@ -1,0 +1,113 @@
+"""Alerts at rest: their records, their history of changes, and the outbox of webhook
+deliveries (written in the same transaction as the change, so a crash after the commit
+still delivers on the next scan)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from app.alerts.lifecycle import AlertRecord, Event, State
+from app.store.schema import alert_events, alerts, deliveries, runs
+
+
+def load_alerts(conn: Connection, run_id: int) -> dict[str, AlertRecord]:
+    query = sa.select(alerts, runs.c.name).join(runs, runs.c.id == alerts.c.run_id).where(alerts.c.run_id == run_id)
+    return {row.id: _record(row) for row in conn.execute(query)}
+
+
+def save_alerts(conn: Connection, run_id: int, records: Iterable[AlertRecord]) -> None:
+    for r in records:
+        values = {
+            "run_id": run_id, "tag": r.tag, "kind": r.kind, "state": r.state.value, "severity": r.severity,
+            "classification": r.classification, "inhibited_by": r.inhibited_by, "start_step": r.start_step,
+            "finding": r.finding, "since_step": r.since_step, "since_time": r.since_time,
+        }
+        if conn.execute(alerts.update().where(alerts.c.id == r.id).values(**values)).rowcount == 0:
+            conn.execute(alerts.insert().values(id=r.id, **values))
+
+
+def add_events(conn: Connection, events: list[Event], now: float) -> list[int]:
+    """Store the changes; returns their ids, in order."""
+    ids = []
+    for e in events:
+        result = conn.execute(
+            alert_events.insert().values(
+                alert_id=e.record.id, change=e.change.value, state=e.record.state.value,
+                severity=e.record.severity, classification=e.record.classification, step=e.step,
+                time=now, message=e.reason or e.record.finding["message"],
+            )
+        )
+        ids.append(result.inserted_primary_key[0])
+    return ids
+
+
+def open_alerts(conn: Connection, sources: list[str]) -> list[AlertRecord]:
+    """Pending and firing alerts of the runs under these sources (for `scan --all`)."""
+    query = (
+        sa.select(alerts, runs.c.name)
+        .join(runs, runs.c.id == alerts.c.run_id)
+        .where(runs.c.source.in_(sources), alerts.c.state != State.RESOLVED.value, alerts.c.inhibited_by.is_(None))
+        .order_by(runs.c.name, alerts.c.start_step)
+    )
+    return [_record(row) for row in conn.execute(query)]
+
+
+@dataclass(frozen=True)
+class Delivery:
+    id: int
+    url: str
+    attempts: int
+    event: dict  # the change and the alert, as the payload needs them
+
+
+def enqueue(conn: Connection, event_ids: list[int], urls: list[str], now: float) -> None:
+    rows = [{"event_id": e, "url": u, "status": "pending", "attempts": 0, "next_attempt_at": now} for e in event_ids for u in urls]
+    if rows:
+        conn.execute(deliveries.insert(), rows)
+
+
+def claim_due(conn: Connection, now: float, lease: float) -> list[Delivery]:
+    """Deliveries due now, claimed for `lease` seconds so no other scan sends them too."""
+    due = (
+        sa.select(deliveries.c.id, deliveries.c.url, deliveries.c.attempts, alert_events, alerts.c.finding)
+        .join(alert_events, alert_events.c.id == deliveries.c.event_id)
+        .join(alerts, alerts.c.id == alert_events.c.alert_id)
+        .where(deliveries.c.status.in_(("pending", "failed", "sending")), deliveries.c.next_attempt_at <= now)
+        .order_by(deliveries.c.id)
+    )
+    if conn.dialect.name == "postgresql":
+        due = due.with_for_update(of=deliveries, skip_locked=True)
+    rows = conn.execute(due).all()
+    if rows:
+        conn.execute(
+            deliveries.update().where(deliveries.c.id.in_([r.id for r in rows])).values(status="sending", next_attempt_at=now + lease)
+        )
+    return [
+        Delivery(r.id, r.url, r.attempts, {"change": r.change, "state": r.state, "step": r.step, "time": r.time,
+                                           "severity": r.severity, "classification": r.classification,
+                                           "alert": r.finding})
+        for r in rows
+    ]
+
+
+def record_attempt(conn: Connection, delivery_id: int, error: str | None, now: float, retry_at: float) -> None:
+    values = (
+        {"status": "delivered", "delivered_at": now, "last_error": None}
+        if error is None
+        else {"status": "failed", "last_error": error, "next_attempt_at": retry_at}
+    )
+    conn.execute(
+        deliveries.update().where(deliveries.c.id == delivery_id).values(attempts=deliveries.c.attempts + 1, **values)
+    )
+
+
+def _record(row) -> AlertRecord:
+    return AlertRecord(
+        id=row.id, run=row.name, tag=row.tag, kind=row.kind, state=State(row.state), severity=row.severity,
+        classification=row.classification, start_step=row.start_step, finding=row.finding,
+        since_step=row.since_step, since_time=row.since_time, inhibited_by=row.inhibited_by,
+    )

@@ -1,0 +1,183 @@
+"""Runs at rest: the run row (locked while a scan works on it), its files' read offsets,
+its points (chunks per tag) and its rollbacks.  Every function works inside the caller's
+transaction: points and the offsets they were read up to commit together or not at all."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from analyzers.series import Resume, TagWrites
+from app.ingest.logdir import RunState
+from app.ingest.points import Points
+from app.ingest.restarts import Rollback, SegmentState
+from app.store import chunks
+from app.store.schema import files, rollbacks, runs, tags
+from app.store.schema import chunks as chunk_table
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    id: int
+    source: str
+    name: str
+    state: RunState
+    last_step: int | None
+    points: int
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    offset: int
+    size: int
+    end: str
+
+
+def lock_run(conn: Connection, source: str, name: str, now: float) -> StoredRun:
+    """The run's row, created if new, locked until the transaction ends (PostgreSQL: FOR
+    UPDATE; SQLite: the transaction already holds the database's write lock)."""
+    insert = _insert(conn)(runs).values(
+        source=source, name=name, state=_state_json(RunState()), points=0, updated_at=now
+    )
+    conn.execute(insert.on_conflict_do_nothing(index_elements=["source", "name"]))
+    query = sa.select(runs).where(runs.c.source == source, runs.c.name == name)
+    if conn.dialect.name == "postgresql":
+        query = query.with_for_update()
+    row = conn.execute(query).one()
+    return StoredRun(row.id, row.source, row.name, _state(row.state), row.last_step, row.points)
+
+
+def known_files(conn: Connection, source: str) -> dict[str, dict[str, StoredFile]]:
+    """Run name -> file path -> what was read of it, for every run of a source (one query:
+    deciding that a logdir is unchanged costs a stat per file and nothing else)."""
+    query = sa.select(runs.c.name, files.c.path, files.c.offset, files.c.size, files.c.end).join(
+        files, files.c.run_id == runs.c.id
+    ).where(runs.c.source == source)
+    out: dict[str, dict[str, StoredFile]] = {}
+    for name, path, offset, size, end in conn.execute(query):
+        out.setdefault(name, {})[path] = StoredFile(offset, size, end)
+    return out
+
+
+def run_files(conn: Connection, run_id: int) -> dict[str, StoredFile]:
+    query = sa.select(files.c.path, files.c.offset, files.c.size, files.c.end).where(files.c.run_id == run_id)
+    return {path: StoredFile(offset, size, end) for path, offset, size, end in conn.execute(query)}
+
+
+def save_files(conn: Connection, run_id: int, progress: Mapping[str, StoredFile]) -> None:
+    for path, f in progress.items():
+        values = {"offset": f.offset, "size": f.size, "end": f.end}
+        updated = conn.execute(
+            files.update().where(files.c.run_id == run_id, files.c.path == path).values(**values)
+        )
+        if updated.rowcount == 0:
+            conn.execute(files.insert().values(run_id=run_id, path=path, **values))
+
+
+def append_points(conn: Connection, run_id: int, points: Points, segment: np.ndarray) -> None:
+    """One chunk per tag, in write order."""
+    if not len(points):
+        return
+    ids = _tag_ids(conn, run_id, [points.tags[t] for t in np.unique(points.tag)])
+    order = np.argsort(points.tag, kind="stable")
+    bounds = np.flatnonzero(np.diff(points.tag[order])) + 1
+    rows = []
+    for part in np.split(order, bounds):
+        step = points.step[part]
+        rows.append(
+            {
+                "tag_id": ids[points.tags[points.tag[part[0]]]],
+                "count": len(part),
+                "first_step": int(step.min()),
+                "last_step": int(step.max()),
+                "data": chunks.pack(step, segment[part], points.wall_time[part], points.value[part]),
+            }
+        )
+    conn.execute(chunk_table.insert(), rows)
+
+
+def delete_points(conn: Connection, run_id: int) -> None:
+    """Forget a run's points and rollbacks (a text log re-read whole after it changed)."""
+    tag_ids = sa.select(tags.c.id).where(tags.c.run_id == run_id)
+    conn.execute(chunk_table.delete().where(chunk_table.c.tag_id.in_(tag_ids)))
+    conn.execute(rollbacks.delete().where(rollbacks.c.run_id == run_id))
+
+
+def load_writes(conn: Connection, run_id: int) -> dict[str, TagWrites]:
+    """Every stored write of every tag of a run, in write order."""
+    query = (
+        sa.select(tags.c.name, chunk_table.c.count, chunk_table.c.data)
+        .join(chunk_table, chunk_table.c.tag_id == tags.c.id)
+        .where(tags.c.run_id == run_id)
+        .order_by(tags.c.id, chunk_table.c.id)
+    )
+    parts: dict[str, list[tuple[np.ndarray, ...]]] = {}
+    for name, count, data in conn.execute(query):
+        parts.setdefault(name, []).append(chunks.unpack(data, count))
+    return {
+        name: TagWrites(
+            step=np.concatenate([p[0] for p in pieces]),
+            value=np.concatenate([p[3] for p in pieces]),
+            segment=np.concatenate([p[1] for p in pieces]),
+        )
+        for name, pieces in parts.items()
+    }
+
+
+def add_rollbacks(conn: Connection, run_id: int, found: tuple[Rollback, ...]) -> None:
+    if found:
+        conn.execute(
+            rollbacks.insert(),
+            [
+                {"run_id": run_id, "from_step": r.from_step, "to_step": r.to_step, "segment": r.segment,
+                 "file": r.source, "wall_time": r.wall_time, "purge": int(r.purge)}
+                for r in found
+            ],
+        )
+
+
+def load_resumes(conn: Connection, run_id: int) -> tuple[Resume, ...]:
+    query = sa.select(rollbacks).where(rollbacks.c.run_id == run_id).order_by(rollbacks.c.segment)
+    return tuple(Resume(r.from_step, r.to_step, r.segment, r.wall_time) for r in conn.execute(query))
+
+
+def save_run(conn: Connection, run: StoredRun, state: RunState, added: int, last_step: int | None, now: float) -> None:
+    conn.execute(
+        runs.update()
+        .where(runs.c.id == run.id)
+        .values(state=_state_json(state), points=runs.c.points + added, last_step=last_step, updated_at=now)
+    )
+
+
+def _tag_ids(conn: Connection, run_id: int, names: list[str]) -> dict[str, int]:
+    query = sa.select(tags.c.name, tags.c.id).where(tags.c.run_id == run_id)
+    ids = dict(conn.execute(query).all())
+    missing = [n for n in names if n not in ids]
+    if missing:
+        conn.execute(tags.insert(), [{"run_id": run_id, "name": n} for n in missing])
+        ids = dict(conn.execute(query).all())
+    return ids
+
+
+def _insert(conn: Connection):
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert
+
+
+def _state_json(state: RunState) -> dict:
+    return {
+        "segment": state.segments.segment,
+        "max_step": state.segments.max_step,
+        "plugins": state.plugins,
+    }
+
+
+def _state(data: dict) -> RunState:
+    return RunState(SegmentState(data["segment"], {k: int(v) for k, v in data["max_step"].items()}), dict(data["plugins"]))

@@ -1,0 +1,130 @@
+"""The store's tables (SQLAlchemy Core).  Alembic migrations create them; this module is
+what queries are written against, and what the migrations are checked against in tests."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+metadata = MetaData()
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("source", Text, nullable=False),  # the logdir or file the run was found under
+    Column("name", Text, nullable=False),
+    Column("state", JSON, nullable=False),  # what incremental reading must remember
+    Column("last_step", BigInteger),
+    Column("points", BigInteger, nullable=False, server_default="0"),
+    Column("updated_at", Double, nullable=False),
+    UniqueConstraint("source", "name", name="uq_runs_source_name"),
+)
+
+tags = Table(
+    "tags",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("name", Text, nullable=False),
+    UniqueConstraint("run_id", "name", name="uq_tags_run_name"),
+)
+
+# Points, every one, in compressed column chunks: one row per tag per append.
+chunks = Table(
+    "chunks",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("tag_id", Integer, ForeignKey("tags.id", ondelete="CASCADE"), nullable=False),
+    Column("count", Integer, nullable=False),
+    Column("first_step", BigInteger, nullable=False),
+    Column("last_step", BigInteger, nullable=False),
+    Column("data", LargeBinary, nullable=False),
+    Index("ix_chunks_tag", "tag_id", "id"),
+)
+
+rollbacks = Table(
+    "rollbacks",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("from_step", BigInteger, nullable=False),
+    Column("to_step", BigInteger, nullable=False),
+    Column("segment", Integer, nullable=False),
+    Column("file", Text, nullable=False),
+    Column("wall_time", Double),
+    Column("purge", Integer, nullable=False),
+)
+
+files = Table(
+    "files",
+    metadata,
+    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("path", Text, primary_key=True),
+    Column("offset", BigInteger, nullable=False),
+    Column("size", BigInteger, nullable=False),  # file size when last read: unchanged means skip
+    Column("end", String(16), nullable=False),
+)
+
+alerts = Table(
+    "alerts",
+    metadata,
+    Column("id", String(32), primary_key=True),  # fingerprint of source, run, tag, kind, onset
+    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("tag", Text, nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("state", String(16), nullable=False),  # pending, firing, resolved
+    Column("severity", String(16), nullable=False),
+    Column("classification", String(32)),
+    Column("inhibited_by", String(32)),
+    Column("start_step", BigInteger, nullable=False),
+    Column("finding", JSON, nullable=False),  # the latest finding, as reported
+    Column("since_step", BigInteger),  # step and time of the last state change
+    Column("since_time", Double, nullable=False),
+    Column("acknowledged", Integer, nullable=False, server_default="0"),
+    Column("silenced", Integer, nullable=False, server_default="0"),
+    Index("ix_alerts_run", "run_id"),
+    Index("ix_alerts_state", "state"),
+)
+
+alert_events = Table(
+    "alert_events",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("alert_id", String(32), ForeignKey("alerts.id", ondelete="CASCADE"), nullable=False),
+    Column("change", String(16), nullable=False),  # pending, firing, updated, resolved
+    Column("state", String(16), nullable=False),
+    Column("severity", String(16), nullable=False),
+    Column("classification", String(32)),
+    Column("step", BigInteger),
+    Column("time", Double, nullable=False),
+    Column("message", Text, nullable=False),
+    Index("ix_alert_events_alert", "alert_id"),
+)
+
+deliveries = Table(
+    "deliveries",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("event_id", Integer, ForeignKey("alert_events.id", ondelete="CASCADE"), nullable=False),
+    Column("url", Text, nullable=False),
+    Column("status", String(16), nullable=False),  # pending, delivered, failed
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("last_error", Text),
+    Column("next_attempt_at", Double, nullable=False),
+    Column("delivered_at", Double),
+    Index("ix_deliveries_status", "status", "next_attempt_at"),
+)
