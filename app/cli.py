@@ -222,3 +222,7 @@ def _report(problems: list[Problem]) -> None:
 def _fail(message: str) -> None:
     click.echo(f"losswatch: {message}", err=True)
     sys.exit(EXIT_INPUT_ERROR)
+
+
+if __name__ == "__main__":
+    main()

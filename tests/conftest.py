@@ -27,3 +27,51 @@ def crc_mode(request):
         assert enable_native_crc(), "the crc32c package's routine could not be used directly"
     yield request.param
     enable_native_crc()
+
+
+PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def _pg_reason() -> str | None:
+    """Why PostgreSQL tests cannot run here, or None when they can."""
+    try:
+        import psycopg
+    except ImportError:
+        return "psycopg is not installed"
+    try:
+        psycopg.connect("host=127.0.0.1 port=5432 user=postgres dbname=test", connect_timeout=3).close()
+    except psycopg.OperationalError as e:
+        return f"PostgreSQL is not reachable at 127.0.0.1:5432 (database test): {str(e).strip()}"
+    return None
+
+
+@pytest.fixture(scope="session")
+def pg_available() -> None:
+    reason = _pg_reason()
+    if reason:
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def pg_url(pg_available):
+    """A fresh schema in the local PostgreSQL's `test` database, dropped afterwards."""
+    import uuid
+
+    import sqlalchemy as sa
+
+    schema = f"lw_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(PG_URL)
+    with admin.begin() as conn:
+        conn.execute(sa.text(f"CREATE SCHEMA {schema}"))
+    yield f"{PG_URL}?options=-csearch_path%3D{schema}"
+    with admin.begin() as conn:
+        conn.execute(sa.text(f"DROP SCHEMA {schema} CASCADE"))
+    admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request, tmp_path):
+    """Each store test runs on SQLite and on PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.db'}"
+    return request.getfixturevalue("pg_url")

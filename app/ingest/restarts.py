@@ -121,6 +121,8 @@ def _first_step_back(tag: np.ndarray, step: np.ndarray, max_by_tag: np.ndarray) 
     """Index of the first point whose step is below its tag's running maximum, if any."""
     if len(step) == 0:
         return None
+    if step[0] >= max_by_tag.max(initial=NO_STEP) and np.all(step[1:] >= step[:-1]):
+        return None  # the usual case, settled without sorting: no step of any tag goes back
     order = np.argsort(tag, kind="stable")
     sorted_tag = tag[order]
     sorted_step = step[order]

@@ -1,0 +1,292 @@
+"""`losswatch scan` as a cron job meets it: only new data is read, each alert and each
+resolution is reported once, webhooks are delivered or retried, and neither a second scan
+at the same time nor a kill -9 mid-scan loses, duplicates or re-reports anything."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import httpx
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from click.testing import CliRunner
+
+from app.cli import main
+from app.scan import scan
+from app.store.db import open_store
+from tests.eventfiles import record, scalar_event, write_events
+
+
+def loss_curve(n: int, seed: int = 0) -> np.ndarray:
+    """A run still making progress: fast decay, then a steady slow decline."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(n)
+    return (2 + 3 * np.exp(-t / 300)) * (1 - 0.15 * t / 3000) * (1 + 0.01 * rng.standard_normal(n))
+
+
+def append(path, values: np.ndarray, first_step: int, tag: str = "train/loss") -> None:
+    with open(path, "ab") as f:
+        for i, v in enumerate(values):
+            f.write(record(scalar_event(first_step + i, tag, float(v))))
+
+
+def changes(outcome) -> list[tuple[str, str, str, int]]:
+    return [(r.event.change.value, r.event.record.run, r.event.record.kind, r.event.record.start_step) for r in outcome.events]
+
+
+@pytest.fixture
+def store(store_url):
+    s = open_store(store_url)
+    yield s
+    s.close()
+
+
+def test_scans_read_only_what_is_new_and_report_each_change_once(store, tmp_path):
+    (tmp_path / "r").mkdir()
+    events = tmp_path / "r" / "events.out.tfevents.1"
+    v = loss_curve(3000)
+    v[1000:1020] *= np.linspace(3, 1, 20)
+    write_events(events, [])
+    append(events, v[:1500], 0)
+    first = scan(store, [str(tmp_path)])
+    assert first.points == 1500
+    assert changes(first) == [("firing", "r", "loss_spike", 1000), ("resolved", "r", "loss_spike", 1000)]
+    assert changes(scan(store, [str(tmp_path)])) == []
+    append(events, v[1500:], 1500)
+    later = scan(store, [str(tmp_path)])
+    assert later.points == 1500 and changes(later) == []
+
+
+def test_a_pending_spike_is_reported_when_it_is_classified(store, tmp_path):
+    (tmp_path / "r").mkdir()
+    events = tmp_path / "r" / "events.out.tfevents.1"
+    v = loss_curve(3000)
+    v[2000:2300] *= np.linspace(2.5, 1, 300)
+    write_events(events, [])
+    append(events, v[:2100], 0)
+    assert changes(scan(store, [str(tmp_path)])) == []  # pending: not reported yet
+    append(events, v[2100:], 2100)
+    assert changes(scan(store, [str(tmp_path)])) == [("firing", "r", "loss_spike", 2000), ("resolved", "r", "loss_spike", 2000)]
+
+
+def test_nan_fires_once_and_resolves_once_when_finite_values_come_back(store, tmp_path):
+    (tmp_path / "r").mkdir()
+    events = tmp_path / "r" / "events.out.tfevents.1"
+    v = loss_curve(2000)
+    write_events(events, [])
+    append(events, v[:1000], 0)
+    append(events, [float("nan")] * 10, 1000)
+    assert changes(scan(store, [str(tmp_path)])) == [("firing", "r", "nonfinite", 1000)]
+    append(events, [float("nan")] * 5, 1010)
+    assert changes(scan(store, [str(tmp_path)])) == []
+    append(events, v[1015:], 1015)
+    assert changes(scan(store, [str(tmp_path)])) == [("resolved", "r", "nonfinite", 1000)]
+
+
+def test_a_rollback_that_rewrites_a_spike_resolves_it(store, tmp_path):
+    (tmp_path / "r").mkdir()
+    v = loss_curve(2000)
+    v[1500:] *= 1.8  # a divergent step up
+    write_events(tmp_path / "r" / "events.out.tfevents.1", [])
+    append(tmp_path / "r" / "events.out.tfevents.1", v[:1900], 0)
+    fired = changes(scan(store, [str(tmp_path)]))
+    assert ("firing", "r", "loss_spike", 1500) in fired
+    write_events(tmp_path / "r" / "events.out.tfevents.2", [])
+    append(tmp_path / "r" / "events.out.tfevents.2", loss_curve(700, seed=1)[200:], 1300)  # resumed from 1300
+    after = scan(store, [str(tmp_path)])
+    assert ("resolved", "r", "loss_spike", 1500) in changes(after)
+    [gone] = [r.event for r in after.events if r.event.record.kind == "loss_spike"]
+    assert gone.reason == "no longer seen: those steps were rewritten"
+    assert ("firing", "r", "restart", 1300) in changes(after)
+
+
+# -- webhooks -------------------------------------------------------------------------------
+
+
+def nan_logdir(tmp_path):
+    (tmp_path / "r").mkdir(parents=True, exist_ok=True)
+    v = loss_curve(600)
+    v[500:] = np.nan
+    write_events(tmp_path / "r" / "events.out.tfevents.1", [scalar_event(i, "train/loss", float(x)) for i, x in enumerate(v)])
+    return tmp_path
+
+
+def scripted(statuses: list[int | Exception], seen: list) -> httpx.Client:
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append((str(request.url), json.loads(request.content)))
+        status = statuses.pop(0) if statuses else 200
+        if isinstance(status, Exception):
+            raise status
+        return httpx.Response(status)
+
+    return httpx.Client(transport=httpx.MockTransport(handle))
+
+
+def test_webhook_gets_the_generic_payload(store, tmp_path):
+    seen = []
+    outcome = scan(store, [str(nan_logdir(tmp_path))], webhooks=["https://hooks.example/lw"], client=scripted([], seen))
+    assert outcome.deliveries.delivered == 1
+    [(url, body)] = seen
+    assert url == "https://hooks.example/lw"
+    assert body["schema"] == "losswatch.alert.v1" and body["change"] == "firing" and body["severity"] == "critical"
+    assert body["alert"]["kind"] == "nonfinite" and body["alert"]["run"] == "r" and body["step"] == 500
+
+
+def test_slack_urls_get_the_slack_payload(store, tmp_path):
+    seen = []
+    scan(store, [str(nan_logdir(tmp_path))], webhooks=["slack+https://chat.example/hook"], client=scripted([], seen))
+    [(url, body)] = seen
+    assert url == "https://chat.example/hook"
+    assert list(body) == ["text"]
+    assert body["text"].startswith(":rotating_light: *CRITICAL* firing: `r` train/loss\ntrain/loss is NaN at 100 points")
+
+
+def test_a_failed_delivery_is_retried_on_a_later_scan_and_holds_nothing_up(store, tmp_path):
+    seen = []
+    clock = iter(range(0, 10**6, 1000)).__next__
+    failing = scripted([503, httpx.ConnectError("refused"), 503], seen)
+    first = scan(store, [str(nan_logdir(tmp_path))], webhooks=["https://hooks.example/lw"], client=failing, clock=clock)
+    assert first.deliveries.delivered == 0
+    assert first.deliveries.failed == ["https://hooks.example/lw: HTTP 503"]
+    assert changes(first) == [("firing", "r", "nonfinite", 500)]  # the scan still reports
+    assert len(seen) == 3  # three attempts with backoff
+    second = scan(store, [str(tmp_path)], client=scripted([], seen), clock=clock)
+    assert second.deliveries.delivered == 1 and changes(second) == []
+    assert scan(store, [str(tmp_path)], client=scripted([], seen), clock=clock).deliveries.delivered == 0
+
+
+def test_a_refused_delivery_is_not_hammered(store, tmp_path):
+    seen = []
+    outcome = scan(store, [str(nan_logdir(tmp_path))], webhooks=["https://hooks.example/lw"], client=scripted([404], seen))
+    assert outcome.deliveries.failed == ["https://hooks.example/lw: HTTP 404"] and len(seen) == 1
+
+
+def test_a_real_receiver_over_a_socket(store, tmp_path):
+    received = []
+
+    class Receiver(BaseHTTPRequestHandler):
+        def do_POST(self):
+            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Receiver)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+        with httpx.Client() as client:
+            outcome = scan(store, [str(nan_logdir(tmp_path))], webhooks=[url], client=client)
+    finally:
+        server.shutdown()
+    assert outcome.deliveries.delivered == 1
+    assert received[0]["alert"]["kind"] == "nonfinite"
+
+
+# -- concurrency and crashes ----------------------------------------------------------------
+
+
+def many_runs(tmp_path, runs: int = 12, steps: int = 1500):
+    for r in range(runs):
+        (tmp_path / f"run{r:02d}").mkdir()
+        v = loss_curve(steps, seed=r)
+        if r % 3 == 0:
+            v[steps // 2 :] = np.nan
+        write_events(tmp_path / f"run{r:02d}" / "events.out.tfevents.1",
+                     [scalar_event(i, "train/loss", float(x)) for i, x in enumerate(v)])
+    return runs * steps
+
+
+def stored_points(url: str) -> int:
+    engine = sa.create_engine(url.replace("postgresql+psycopg", "postgresql+psycopg"))
+    with engine.connect() as conn:
+        total = conn.execute(sa.text("SELECT coalesce(sum(count), 0) FROM chunks")).scalar()
+    engine.dispose()
+    return int(total)
+
+
+def test_two_scans_at_once_never_double_report(store_url, tmp_path):
+    total = many_runs(tmp_path)
+    open_store(store_url).close()
+    results = []
+
+    def one_scan():
+        s = open_store(store_url)
+        results.append(scan(s, [str(tmp_path)]))
+        s.close()
+
+    threads = [threading.Thread(target=one_scan) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    reported = [c for outcome in results for c in changes(outcome)]
+    assert len(reported) == len(set(reported)) == 4  # the four NaN runs, once each
+    assert sum(o.points for o in results) == total == stored_points(store_url)
+
+
+def test_kill_9_mid_scan_loses_and_duplicates_nothing(tmp_path):
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    total = many_runs(logdir, runs=40, steps=3000)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    open_store(url).close()
+    command = [sys.executable, "-m", "app.cli", "scan", str(logdir), "--db", url, "--format", "json", "--fail-on", "never"]
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    killed_between = []
+    for _ in range(3):
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        before = stored_points(url)
+        while process.poll() is None and stored_points(url) == before:
+            time.sleep(0.005)  # kill it right after it committed some runs, in the middle of others
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        killed_between.append((before, stored_points(url)))
+    assert any(0 < after < total for _, after in killed_between), killed_between  # it really was cut short
+    finished = subprocess.run(command, capture_output=True, env=env, check=True)
+    assert stored_points(url) == total
+    again = subprocess.run(command, capture_output=True, env=env, check=True)
+    assert json.loads(again.stdout)["changes"] == []
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        fired = conn.execute(sa.text("SELECT alert_id, count(*) FROM alert_events WHERE change = 'firing' GROUP BY alert_id")).all()
+    engine.dispose()
+    assert len(fired) == 14 and all(count == 1 for _, count in fired)  # each NaN run fired exactly once
+    assert json.loads(finished.stdout)["summary"]["points"] == total - killed_between[-1][1]
+
+
+# -- the command ------------------------------------------------------------------------------
+
+
+def test_scan_command_exit_codes_and_formats(tmp_path):
+    nan_logdir(tmp_path / "logs")
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    runner = CliRunner()
+    first = runner.invoke(main, ["scan", str(tmp_path / "logs"), "--db", url])
+    assert first.exit_code == 1
+    assert first.stdout.splitlines()[0].startswith("FIRING  CRIT  r  nonfinite  500  train/loss is NaN at 100 points")
+    assert first.stdout.splitlines()[-1] == "1 changes in 1 runs (1 with new data, 600 new points)"
+    again = runner.invoke(main, ["scan", str(tmp_path / "logs"), "--db", url, "--format", "json"])
+    assert again.exit_code == 0 and json.loads(again.stdout)["changes"] == []
+    everything = runner.invoke(main, ["scan", str(tmp_path / "logs"), "--db", url, "--all", "--format", "json"])
+    assert everything.exit_code == 1
+    assert [a["alert"]["kind"] for a in json.loads(everything.stdout)["alerts"]] == ["nonfinite"]
+    markdown = runner.invoke(main, ["scan", str(tmp_path / "logs"), "--db", url, "--format", "markdown", "--all"])
+    assert "| FIRING" not in markdown.stdout and "open alerts:" in markdown.stdout
+
+
+def test_scan_with_a_bad_store_url_is_exit_2(tmp_path):
+    result = CliRunner().invoke(main, ["scan", str(tmp_path), "--db", "nosuch://x"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("losswatch: nosuch://x: not a database URL losswatch can use")
