@@ -93,10 +93,14 @@ def logging_interval(steps: np.ndarray) -> int:
 
 
 def prepare_series(tag: str, role: Role, writes: TagWrites, resume_to: Mapping[int, int]) -> Series:
-    keep = current_view(np.zeros(len(writes.step), np.int8), writes.step, writes.segment, resume_to)
-    step, value = writes.step[keep], writes.value[keep]
-    order = np.argsort(step, kind="stable")  # the mask kept write order; sort by step once
-    step, value = step[order], value[order]
+    step, value = writes.step, writes.value
+    # Written in order, once each, with no resume after any of it: already the current view.
+    settled = not resume_to or (len(step) and writes.segment.min() >= max(resume_to))
+    if not (settled and np.all(step[1:] > step[:-1])):
+        keep = current_view(np.zeros(len(step), np.int8), step, writes.segment, resume_to)
+        step, value = step[keep], value[keep]
+        order = np.argsort(step, kind="stable")  # the mask kept write order; sort by step once
+        step, value = step[order], value[order]
     finite = np.isfinite(value)
     return Series(tag, role, step, value, finite, step[finite], value[finite], logging_interval(step))
 

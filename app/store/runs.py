@@ -78,15 +78,19 @@ def save_files(conn: Connection, run_id: int, progress: Mapping[str, StoredFile]
             conn.execute(files.insert().values(run_id=run_id, path=path, **values))
 
 
+CHUNK_POINTS = 16384  # a read of recent steps decodes at most this much history per tag
+
+
 def append_points(conn: Connection, run_id: int, points: Points, segment: np.ndarray) -> None:
-    """One chunk per tag, in write order."""
+    """Chunks of at most CHUNK_POINTS points per tag, in write order."""
     if not len(points):
         return
     ids = _tag_ids(conn, run_id, [points.tags[t] for t in np.unique(points.tag)])
     order = np.argsort(points.tag, kind="stable")
     bounds = np.flatnonzero(np.diff(points.tag[order])) + 1
     rows = []
-    for part in np.split(order, bounds):
+    per_tag = np.split(order, bounds)
+    for part in (p[i : i + CHUNK_POINTS] for p in per_tag for i in range(0, len(p), CHUNK_POINTS)):
         step = points.step[part]
         rows.append(
             {
