@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from app.alerts.lifecycle import AlertRecord
 from app.analysis import Alert
-from app.scan import Reported
+from app.updates import Reported
 
 _MARK = {"critical": "CRIT", "warning": "WARN", "info": "info"}
 

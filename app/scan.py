@@ -13,16 +13,14 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import httpx
 
 from analyzers.config import AnalysisConfig
-from app.alerts.lifecycle import AlertRecord, Event, evaluate
+from app.alerts.lifecycle import AlertRecord
 from app.alerts.webhooks import DeliveryReport, deliver_due
-from app.analysis import analyze_writes
 from app.ingest.logdir import RunState, find_runs, is_event_file, read_run
-from app.ingest.points import Points
 from app.ingest.problems import IngestError, Problem
 from app.ingest.restarts import assign_segments
 from app.ingest.sources import run_name_for_file
@@ -31,12 +29,7 @@ from app.store import alerts as stored_alerts
 from app.store import runs as stored_runs
 from app.store.db import Store
 from app.store.runs import StoredFile
-
-
-@dataclass(frozen=True)
-class Reported:
-    source: str
-    event: Event
+from app.updates import Reported, reassess, store_points
 
 
 @dataclass
@@ -145,14 +138,11 @@ def _scan_run(
         if not progress:
             return
         stored_runs.save_files(conn, run.id, progress)
-        stored_runs.append_points(conn, run.id, read.points, read.segment)
-        stored_runs.add_rollbacks(conn, run.id, read.rollbacks)
-        last_step = _last_step(run.last_step, read.points)
-        stored_runs.save_run(conn, run, read.state, len(read.points), last_step, now)
+        last_step = store_points(conn, run, read.points, read.segment, read.rollbacks, read.state, now)
         outcome.changed += 1
         outcome.points += len(read.points)
         if len(read.points) or read.rollbacks:
-            _reassess(conn, run, target, last_step, config, webhooks, now, outcome)
+            outcome.events += reassess(conn, run, last_step, config, webhooks, now)
 
 
 def _scan_text(
@@ -176,34 +166,12 @@ def _scan_text(
                 continue  # another scan got here first
             segment, rollbacks, segments = assign_segments(points, [(0, path)])
             stored_runs.delete_points(conn, run.id)
-            stored_runs.append_points(conn, run.id, points, segment)
-            stored_runs.add_rollbacks(conn, run.id, tuple(rollbacks))
             stored_runs.save_files(conn, run.id, {path: StoredFile(len(data), len(data), "complete")})
-            last_step = _last_step(None, points)
-            stored_runs.save_run(conn, run, RunState(segments), len(points) - run.points, last_step, now)
+            fresh = replace(run, last_step=None, points=0)
+            last_step = store_points(conn, fresh, points, segment, tuple(rollbacks), RunState(segments), now)
             outcome.changed += 1
             outcome.points += len(points)
-            _reassess(conn, run, target, last_step, config, webhooks, now, outcome)
-
-
-def _reassess(conn, run, target: _Target, last_step, config, webhooks, now: float, outcome: ScanOutcome) -> None:
-    """Analyse the whole stored run and move its alerts along; queue deliveries."""
-    writes = stored_runs.load_writes(conn, run.id)
-    resumes = stored_runs.load_resumes(conn, run.id)
-    current = analyze_writes(target.source, run.name, writes, resumes, config)
-    records, events = evaluate(stored_alerts.load_alerts(conn, run.id), current, last_step, now)
-    stored_alerts.save_alerts(conn, run.id, records)
-    ids = stored_alerts.add_events(conn, events, now)
-    reported = [(i, e) for i, e in zip(ids, events) if e.change.value != "pending"]
-    stored_alerts.enqueue(conn, [i for i, _ in reported], list(webhooks), now)
-    outcome.events += [Reported(target.source, e) for _, e in reported]
-
-
-def _last_step(previous: int | None, points: Points) -> int | None:
-    if not len(points):
-        return previous
-    newest = int(points.step.max())
-    return newest if previous is None else max(previous, newest)
+            outcome.events += reassess(conn, run, last_step, config, webhooks, now)
 
 
 def _size(path: str) -> int:

@@ -149,11 +149,11 @@ def load_resumes(conn: Connection, run_id: int) -> tuple[Resume, ...]:
     return tuple(Resume(r.from_step, r.to_step, r.segment, r.wall_time) for r in conn.execute(query))
 
 
-def save_run(conn: Connection, run: StoredRun, state: RunState, added: int, last_step: int | None, now: float) -> None:
+def save_run(conn: Connection, run: StoredRun, state: RunState, points: int, last_step: int | None, now: float) -> None:
     conn.execute(
         runs.update()
         .where(runs.c.id == run.id)
-        .values(state=_state_json(state), points=runs.c.points + added, last_step=last_step, updated_at=now)
+        .values(state=_state_json(state), points=points, last_step=last_step, updated_at=now)
     )
 
 

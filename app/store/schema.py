@@ -31,6 +31,8 @@ runs = Table(
     Column("last_step", BigInteger),
     Column("points", BigInteger, nullable=False, server_default="0"),
     Column("updated_at", Double, nullable=False),
+    Column("dirty_since", Double),  # new points not yet analysed (the service defers busy runs)
+    Column("analyzed_at", Double),
     UniqueConstraint("source", "name", name="uq_runs_source_name"),
 )
 
@@ -127,4 +129,26 @@ deliveries = Table(
     Column("next_attempt_at", Double, nullable=False),
     Column("delivered_at", Double),
     Index("ix_deliveries_status", "status", "next_attempt_at"),
+)
+
+# Logdirs the service polls; `next_poll_at` lets several processes share them (SKIP LOCKED).
+logdirs = Table(
+    "logdirs",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("path", Text, nullable=False, unique=True),
+    Column("created_at", Double, nullable=False),
+    Column("next_poll_at", Double, nullable=False),
+    Column("last_scan_at", Double),
+    Column("last_error", Text),
+)
+
+tokens = Table(
+    "tokens",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("name", Text, nullable=False, unique=True),
+    Column("hash", String(64), nullable=False, unique=True),  # sha256 of the token: never the token
+    Column("scopes", Text, nullable=False),  # "read" or "read write"
+    Column("created_at", Double, nullable=False),
 )
