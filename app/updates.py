@@ -60,8 +60,9 @@ def reassess(
     webhooks: list[str],
     now: float,
 ) -> list[Reported]:
-    """Analyse the whole stored run, move its alerts along, queue their deliveries; returns
-    the changes worth reporting (everything but an alert starting to wait in pending)."""
+    """Analyse the whole stored run, move its alerts along, queue their deliveries (not for
+    silenced alerts); returns the changes worth reporting (all but starting to wait in
+    pending)."""
     writes = stored_runs.load_writes(conn, run.id)
     resumes = stored_runs.load_resumes(conn, run.id)
     current = analyze_writes(run.source, run.name, writes, resumes, config)
@@ -69,7 +70,8 @@ def reassess(
     stored_alerts.save_alerts(conn, run.id, records)
     ids = stored_alerts.add_events(conn, events, now)
     reported = [(i, e) for i, e in zip(ids, events) if e.change is not Change.PENDING]
-    stored_alerts.enqueue(conn, [i for i, _ in reported], list(webhooks), now)
+    quiet = stored_alerts.silenced_ids(conn, [e.record.id for _, e in reported])
+    stored_alerts.enqueue(conn, [i for i, e in reported if e.record.id not in quiet], list(webhooks), now)
     conn.execute(runs.update().where(runs.c.id == run.id).values(analyzed_at=now, dirty_since=None))
     return [Reported(run.source, e) for _, e in reported]
 

@@ -61,37 +61,64 @@ def read_event_file(
     plugin metadata written once (TF1 style) applies to later files, and tag ids agree.
     Raises IngestError if the file cannot be opened or read.
     """
-    tags = tags if tags is not None else _tfrecord.TagTable()
-    problems: list[tuple[int, str]] = []
-    starts: list[tuple[int, int, float]] = []
-    pos = offset
+    decoder = _Decoder(path, offset, tags)
     try:
         with open(path, "rb") as f:
-            remaining = max(0, _size(f) - offset)
-            columns = _tfrecord.Columns(remaining // 48)
+            decoder.reserve(max(0, _size(f) - offset))
             size = chunk_bytes
             while True:
-                f.seek(pos)
+                f.seek(decoder.pos)
                 data = f.read(size)
-                consumed, status = _tfrecord.decode(
-                    data, pos, crc32c.crc32c, tags, columns, starts, problems, MAX_RECORD_BYTES
-                )
-                pos += consumed
-                if status == _tfrecord.CORRUPT or len(data) < size:
+                consumed = decoder.feed(data)
+                if decoder.status == _tfrecord.CORRUPT or len(data) < size:
                     break
                 if consumed == 0:  # one record larger than the chunk
                     size *= 2
     except OSError as e:
-        raise IngestError(Problem(path, f"cannot read event file: {e.strerror or e}", offset=pos)) from e
-    return EventFileRead(
-        path=path,
-        points=_points(columns, tags),
-        starts=[SessionStart(i, s, w, path) for i, s, w in starts],
-        start_offset=offset,
-        end_offset=pos,
-        end=_ENDS[status],
-        problems=[Problem(path, reason, offset=at) for at, reason in problems],
-    )
+        raise IngestError(Problem(path, f"cannot read event file: {e.strerror or e}", offset=decoder.pos)) from e
+    return decoder.result()
+
+
+def decode_event_bytes(data: bytes, offset: int, name: str, tags: _tfrecord.TagTable | None = None) -> EventFileRead:
+    """The complete records of `data`, which are the bytes of event file `name` from byte
+    `offset` on (a chunk posted to the service)."""
+    decoder = _Decoder(name, offset, tags)
+    decoder.reserve(len(data))
+    decoder.feed(data)
+    return decoder.result()
+
+
+class _Decoder:
+    """Feeds consecutive byte ranges of one file to the compiled decoder."""
+
+    def __init__(self, path: str, offset: int, tags: _tfrecord.TagTable | None) -> None:
+        self.path, self.start, self.pos = path, offset, offset
+        self.tags = tags if tags is not None else _tfrecord.TagTable()
+        self.problems: list[tuple[int, str]] = []
+        self.starts: list[tuple[int, int, float]] = []
+        self.status = _tfrecord.END
+        self.columns = _tfrecord.Columns(1024)
+
+    def reserve(self, size: int) -> None:
+        self.columns = _tfrecord.Columns(size // 48)  # tensorboardX writes ~52 bytes a scalar
+
+    def feed(self, data: bytes) -> int:
+        consumed, self.status = _tfrecord.decode(
+            data, self.pos, crc32c.crc32c, self.tags, self.columns, self.starts, self.problems, MAX_RECORD_BYTES
+        )
+        self.pos += consumed
+        return consumed
+
+    def result(self) -> EventFileRead:
+        return EventFileRead(
+            path=self.path,
+            points=_points(self.columns, self.tags),
+            starts=[SessionStart(i, s, w, self.path) for i, s, w in self.starts],
+            start_offset=self.start,
+            end_offset=self.pos,
+            end=_ENDS[self.status],
+            problems=[Problem(self.path, reason, offset=at) for at, reason in self.problems],
+        )
 
 
 def _size(f) -> int:

@@ -111,3 +111,61 @@ def _record(row) -> AlertRecord:
         classification=row.classification, start_step=row.start_step, finding=row.finding,
         since_step=row.since_step, since_time=row.since_time, inhibited_by=row.inhibited_by,
     )
+
+
+def query_alerts(
+    conn: Connection,
+    *,
+    run_id: int | None = None,
+    alert_id: str | None = None,
+    state: str | None = None,
+    severity: str | None = None,
+    since: float | None = None,
+    limit: int = 1000,
+) -> list[tuple[AlertRecord, str, bool, bool]]:
+    """(record, source, acknowledged, silenced) of the alerts matching every filter given."""
+    query = sa.select(alerts, runs.c.name, runs.c.source).join(runs, runs.c.id == alerts.c.run_id)
+    if run_id is not None:
+        query = query.where(alerts.c.run_id == run_id)
+    if alert_id is not None:
+        query = query.where(alerts.c.id == alert_id)
+    if state is not None:
+        query = query.where(alerts.c.state == state)
+    if severity is not None:
+        query = query.where(alerts.c.severity == severity)
+    if since is not None:
+        query = query.where(alerts.c.since_time >= since)
+    query = query.order_by(alerts.c.since_time.desc(), alerts.c.id).limit(limit)
+    return [(_record(row), row.source, bool(row.acknowledged), bool(row.silenced)) for row in conn.execute(query)]
+
+
+def set_flags(conn: Connection, alert_id: str, **flags: bool) -> bool:
+    """Set `acknowledged` and/or `silenced`; False if there is no such alert."""
+    values = {k: int(v) for k, v in flags.items()}
+    return conn.execute(alerts.update().where(alerts.c.id == alert_id).values(**values)).rowcount == 1
+
+
+def silenced_ids(conn: Connection, ids: list[str]) -> set[str]:
+    if not ids:
+        return set()
+    query = sa.select(alerts.c.id).where(alerts.c.id.in_(ids), alerts.c.silenced == 1)
+    return set(conn.execute(query).scalars())
+
+
+def count_by_state(conn: Connection) -> dict[tuple[str, str], int]:
+    """(state, severity) -> how many alerts (for the metrics endpoint)."""
+    query = sa.select(alerts.c.state, alerts.c.severity, sa.func.count()).group_by(alerts.c.state, alerts.c.severity)
+    return {(state, severity): n for state, severity, n in conn.execute(query)}
+
+
+def open_counts(conn: Connection) -> dict[int, dict[str, int]]:
+    """Run id -> severity -> open (pending or firing, not inhibited) alerts."""
+    query = (
+        sa.select(alerts.c.run_id, alerts.c.severity, sa.func.count())
+        .where(alerts.c.state != State.RESOLVED.value, alerts.c.inhibited_by.is_(None))
+        .group_by(alerts.c.run_id, alerts.c.severity)
+    )
+    out: dict[int, dict[str, int]] = {}
+    for run_id, severity, n in conn.execute(query):
+        out.setdefault(run_id, {})[severity] = n
+    return out

@@ -28,6 +28,7 @@ class StoredRun:
     state: RunState
     last_step: int | None
     points: int
+    updated_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,7 @@ def lock_run(conn: Connection, source: str, name: str, now: float) -> StoredRun:
     query = sa.select(runs).where(runs.c.source == source, runs.c.name == name)
     if conn.dialect.name == "postgresql":
         query = query.with_for_update()
-    row = conn.execute(query).one()
-    return StoredRun(row.id, row.source, row.name, _state(row.state), row.last_step, row.points)
+    return _stored(conn.execute(query).one())
 
 
 def known_files(conn: Connection, source: str) -> dict[str, dict[str, StoredFile]]:
@@ -185,3 +185,75 @@ def _state_json(state: RunState) -> dict:
 
 def _state(data: dict) -> RunState:
     return RunState(SegmentState(data["segment"], {k: int(v) for k, v in data["max_step"].items()}), dict(data["plugins"]))
+
+
+def find_runs(conn: Connection, name: str, source: str | None = None) -> list[StoredRun]:
+    """Runs called `name` (under `source` when given): several logdirs may each have one."""
+    query = sa.select(runs).where(runs.c.name == name)
+    if source is not None:
+        query = query.where(runs.c.source == source)
+    return [_stored(row) for row in conn.execute(query.order_by(runs.c.source))]
+
+
+def list_runs(conn: Connection) -> list[StoredRun]:
+    return [_stored(row) for row in conn.execute(sa.select(runs).order_by(runs.c.source, runs.c.name))]
+
+
+def tag_summary(conn: Connection, run_id: int) -> list[tuple[str, int, int, int]]:
+    """(tag, writes, first step, last step) of each tag of a run."""
+    query = (
+        sa.select(tags.c.name, sa.func.sum(chunk_table.c.count), sa.func.min(chunk_table.c.first_step),
+                  sa.func.max(chunk_table.c.last_step))
+        .join(chunk_table, chunk_table.c.tag_id == tags.c.id)
+        .where(tags.c.run_id == run_id)
+        .group_by(tags.c.name)
+        .order_by(tags.c.name)
+    )
+    return [(name, int(n), int(first), int(last)) for name, n, first, last in conn.execute(query)]
+
+
+def load_tag_writes(conn: Connection, run_id: int, tag: str, from_step: int | None = None) -> TagWrites | None:
+    """Every write of one tag (those of chunks reaching `from_step` or later), in write order."""
+    query = (
+        sa.select(chunk_table.c.count, chunk_table.c.data)
+        .join(tags, tags.c.id == chunk_table.c.tag_id)
+        .where(tags.c.run_id == run_id, tags.c.name == tag)
+        .order_by(chunk_table.c.id)
+    )
+    if from_step is not None:
+        query = query.where(chunk_table.c.last_step >= from_step)
+    pieces = [chunks.unpack(data, count) for count, data in conn.execute(query)]
+    if not pieces:
+        return None
+    return TagWrites(
+        step=np.concatenate([p[0] for p in pieces]),
+        value=np.concatenate([p[3] for p in pieces]),
+        segment=np.concatenate([p[1] for p in pieces]),
+    )
+
+
+def rollback_rows(conn: Connection, run_id: int) -> list[dict]:
+    query = sa.select(rollbacks).where(rollbacks.c.run_id == run_id).order_by(rollbacks.c.segment)
+    return [
+        {"from_step": r.from_step, "to_step": r.to_step, "segment": r.segment, "file": r.file,
+         "wall_time": r.wall_time, "purge": bool(r.purge)}
+        for r in conn.execute(query)
+    ]
+
+
+def _stored(row) -> StoredRun:
+    return StoredRun(row.id, row.source, row.name, _state(row.state), row.last_step, row.points, row.updated_at)
+
+
+def dirty_runs(conn: Connection, analysed_before: float) -> list[StoredRun]:
+    """Runs with points waiting for the deferred analysis, not analysed since `analysed_before`
+    (the caller locks each before analysing it, and checks it is still waiting)."""
+    query = sa.select(runs).where(
+        runs.c.dirty_since.is_not(None),
+        sa.or_(runs.c.analyzed_at.is_(None), runs.c.analyzed_at <= analysed_before),
+    )
+    return [_stored(row) for row in conn.execute(query.order_by(runs.c.dirty_since))]
+
+
+def is_dirty(conn: Connection, run_id: int) -> bool:
+    return conn.execute(sa.select(runs.c.dirty_since).where(runs.c.id == run_id)).scalar() is not None

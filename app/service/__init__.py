@@ -1,0 +1,1 @@
+"""The HTTP service: ingest over HTTP, watched logdirs, the alerts API."""

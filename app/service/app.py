@@ -1,0 +1,80 @@
+"""`create_app(settings)`: the FastAPI app, built on demand; nothing is built at import."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from importlib.metadata import version
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from app.service import errors
+from app.service.background import Background
+from app.service.metrics import Metrics
+from app.service.routes import alerts, ingest, logdirs, ops, runs
+from app.service.settings import Settings
+from app.store.db import open_store
+
+log = logging.getLogger("losswatch.http")
+
+DESCRIPTION = """\
+losswatch watches training runs' loss curves and raises alerts: loss spikes classified by
+how they end (fast-recovering, slow-recovering, divergent), grad-norm explosions, NaN/Inf,
+fp16 loss-scale collapse, divergence, plateaus, restarts.
+
+Post points from a training loop (`POST /v1/runs/{run}/points`), or register a TensorBoard
+logdir (`POST /v1/logdirs`), then read runs, series and alerts. Authenticate with
+`Authorization: Bearer <token>` (tokens from `losswatch token create`; read or write scope).
+"""
+
+
+def create_app(settings: Settings) -> FastAPI:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = open_store(settings.db_url)
+        client = httpx.Client()
+        app.state.store = store
+        app.state.settings = settings
+        app.state.metrics = Metrics(store)
+        background = Background(store, settings, app.state.metrics, client)
+        app.state.wake_poller = background.wake
+        task = asyncio.create_task(background.run()) if settings.background else None
+        try:
+            yield
+        finally:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            client.close()
+            store.close()
+
+    app = FastAPI(title="losswatch", version=version("losswatch"), description=DESCRIPTION, lifespan=lifespan)
+    errors.install(app)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.middleware("http")(_log_request)
+    for router in (ingest.router, runs.router, alerts.router, logdirs.router, ops.router):
+        app.include_router(router)
+    return app
+
+
+async def _invalid_request(_: Request, e: RequestValidationError) -> JSONResponse:
+    details = [{"where": ".".join(str(p) for p in err["loc"]), "reason": err["msg"]} for err in e.errors()]
+    return JSONResponse(errors.error_body("invalid_request", "the request is not valid", details), status_code=422)
+
+
+async def _log_request(request: Request, call_next):
+    started = time.perf_counter()
+    response = await call_next(request)
+    log.info(
+        "request",
+        extra={"method": request.method, "path": request.url.path, "status": response.status_code,
+               "ms": round((time.perf_counter() - started) * 1000, 2)},
+    )
+    return response

@@ -1,0 +1,83 @@
+"""The service's background work, one loop: scan the watched logdirs that are due (the same
+code as `losswatch scan`), analyse the runs whose analysis was deferred, deliver webhooks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+import httpx
+
+from app.alerts.webhooks import deliver_due
+from app.ingest.problems import IngestError
+from app.scan import scan
+from app.service.metrics import Metrics
+from app.service.settings import Settings
+from app.store import logdirs as stored_logdirs
+from app.store import runs as stored_runs
+from app.store.db import Store
+from app.updates import reassess
+
+log = logging.getLogger("losswatch.background")
+
+TICK = 1.0  # seconds between rounds when nothing wakes the loop
+
+
+class Background:
+    def __init__(self, store: Store, settings: Settings, metrics: Metrics, client: httpx.Client) -> None:
+        self.store, self.settings, self.metrics, self.client = store, settings, metrics, client
+        self._wake = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+
+    def wake(self) -> None:
+        """Run a round soon (a logdir was just registered); callable from any thread."""
+        self._loop.call_soon_threadsafe(self._wake.set)
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await asyncio.to_thread(self.round)
+            except Exception:  # one bad round must not stop the next: logged, with its traceback
+                log.exception("background round failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=TICK)
+            self._wake.clear()
+
+    def round(self) -> None:
+        self.poll_logdirs()
+        self.analyse_deferred()
+        report = deliver_due(self.store, self.client)
+        if report.failed:
+            self.metrics.webhook_failures.inc(len(report.failed))
+            log.warning("webhook deliveries failed", extra={"failed": report.failed})
+
+    def poll_logdirs(self) -> None:
+        now = time.time()
+        with self.store.write() as conn:
+            due = stored_logdirs.claim_due(conn, now, self.settings.poll_interval)
+        for logdir in due:
+            started = time.perf_counter()
+            error = None
+            try:
+                outcome = scan(self.store, [logdir["path"]], config=self.settings.analysis, webhooks=list(self.settings.webhooks))
+                self.metrics.points_ingested.labels(via="logdir").inc(outcome.points)
+                log.info("scanned logdir", extra={"path": logdir["path"], "runs": outcome.runs,
+                                                  "points": outcome.points, "changes": len(outcome.events)})
+            except IngestError as e:
+                error = str(e)
+                log.warning("cannot scan logdir", extra={"path": logdir["path"], "error": error})
+            self.metrics.scan_duration.observe(time.perf_counter() - started)
+            with self.store.write() as conn:
+                stored_logdirs.record_scan(conn, logdir["id"], time.time(), error)
+
+    def analyse_deferred(self) -> None:
+        now = time.time()
+        with self.store.read() as conn:
+            waiting = stored_runs.dirty_runs(conn, now - self.settings.analysis_interval)
+        for run in waiting:
+            with self.store.write() as conn:
+                locked = stored_runs.lock_run(conn, run.source, run.name, now)
+                if stored_runs.is_dirty(conn, locked.id):  # another process may have done it
+                    reassess(conn, locked, locked.last_step, self.settings.analysis, list(self.settings.webhooks), now)

@@ -1,0 +1,37 @@
+"""Prometheus metrics, one registry per app (never the process-global one: each test builds
+its own app).  Alerts by state are counted from the store when scraped."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+
+from app.store import alerts as stored_alerts
+from app.store.db import Store
+
+
+class Metrics:
+    def __init__(self, store: Store) -> None:
+        self.registry = CollectorRegistry()
+        self.points_ingested = Counter(
+            "losswatch_points_ingested", "Points stored, by how they arrived", ["via"], registry=self.registry
+        )
+        self.scan_duration = Histogram(
+            "losswatch_scan_duration_seconds", "Duration of one logdir scan by the poller", registry=self.registry
+        )
+        self.webhook_failures = Counter(
+            "losswatch_webhook_failures", "Webhook deliveries that failed (and will be retried)", registry=self.registry
+        )
+        self.registry.register(_AlertCollector(store))
+
+
+class _AlertCollector:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def collect(self):
+        family = GaugeMetricFamily("losswatch_alerts", "Alerts by state and severity", labels=["state", "severity"])
+        with self.store.read() as conn:
+            for (state, severity), n in sorted(stored_alerts.count_by_state(conn).items()):
+                family.add_metric([state, severity], n)
+        yield family

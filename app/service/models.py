@@ -1,0 +1,143 @@
+"""What the API returns (and the few bodies it takes), with examples for the OpenAPI."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+_ALERT_EXAMPLE = {
+    "id": "4be1c0f5b3a9d2e1", "source": "http", "run": "gpt-small", "tag": "train/loss", "kind": "loss_spike",
+    "classification": "fast_recovering", "severity": "info", "start_step": 1500, "peak_step": 1500,
+    "end_step": 1513, "recovery_steps": 13, "peak_value": 38.49, "baseline": 0.85, "ratio": 45.3,
+    "message": "train/loss spiked at step 1500: 0.8505 -> 38.49 (45x baseline), back in 13 steps (fast-recovering)",
+    "remediation": "No action needed: training recovered. Note step 1500 ...", "evidence": {"rise": "instant"},
+}
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    details: Any = None
+
+
+class Error(BaseModel):
+    error: ErrorBody
+    model_config = ConfigDict(json_schema_extra={"example": {"error": {"code": "not_found", "message": "no run 'x'"}}})
+
+
+class AlertChange(BaseModel):
+    change: str = Field(description="firing, updated or resolved")
+    state: str
+    step: int | None
+    reason: str | None = None
+    alert: dict[str, Any]
+    model_config = ConfigDict(json_schema_extra={"example": {"change": "firing", "state": "resolved", "step": 1513, "alert": _ALERT_EXAMPLE}})
+
+
+class Rejected(BaseModel):
+    reason: str
+    line: int | None = None
+    json_path: str | None = None
+    offset: int | None = None
+    points: int | None = None
+
+
+class IngestResponse(BaseModel):
+    run: str
+    accepted: int = Field(description="points stored")
+    duplicates: int = Field(0, description="points already stored with the same value, dropped")
+    rejected: list[Rejected] = Field(description="bad records, each with where and why")
+    analysis: str = Field(description="done: analysed in this request; deferred: the run is busy, analysed in the background; none: nothing new")
+    alerts: list[AlertChange] = Field(description="alerts that fired, changed or resolved with this request")
+    next_offset: int | None = Field(None, description="event chunks: the byte offset the next chunk of this file starts at")
+    end: str | None = Field(None, description="event chunks: complete, truncated (a partial last record: resend from next_offset) or corrupt")
+    model_config = ConfigDict(json_schema_extra={"example": {
+        "run": "gpt-small", "accepted": 10, "duplicates": 0,
+        "rejected": [{"reason": "value must be a number, got true", "line": 3, "json_path": "$.loss"}],
+        "analysis": "done", "alerts": [],
+    }})
+
+
+class TagInfo(BaseModel):
+    tag: str
+    role: str
+    points: int
+    first_step: int
+    last_step: int
+
+
+class RunSummary(BaseModel):
+    source: str = Field(description="'http' for posted runs, else the logdir it was found in")
+    name: str
+    points: int
+    last_step: int | None
+    updated_at: float
+    open_alerts: dict[str, int] = Field(description="pending and firing alerts by severity")
+    model_config = ConfigDict(json_schema_extra={"example": {
+        "source": "http", "name": "gpt-small", "points": 60424, "last_step": 2999, "updated_at": 1764518400.0,
+        "open_alerts": {"critical": 1, "warning": 0, "info": 2},
+    }})
+
+
+class RunDetail(RunSummary):
+    tags: list[TagInfo]
+    rollbacks: list[dict[str, Any]]
+
+
+class SeriesResponse(BaseModel):
+    run: str
+    tag: str
+    total: int = Field(description="points in the current view between start and end")
+    points: list[tuple[int, float | str]] = Field(description='[step, value]; non-finite values as "NaN", "Infinity", "-Infinity"')
+    downsampled: bool
+    model_config = ConfigDict(json_schema_extra={"example": {
+        "run": "gpt-small", "tag": "train/loss", "total": 3000, "points": [[0, 2.29], [1500, 38.49], [2999, "NaN"]],
+        "downsampled": True,
+    }})
+
+
+class AlertView(BaseModel):
+    id: str
+    source: str
+    run: str
+    state: str
+    severity: str
+    kind: str
+    tag: str
+    classification: str | None
+    start_step: int
+    since_step: int | None
+    since_time: float
+    acknowledged: bool
+    silenced: bool
+    inhibited_by: str | None
+    finding: dict[str, Any]
+    model_config = ConfigDict(json_schema_extra={"example": {
+        "id": "4be1c0f5b3a9d2e1", "source": "http", "run": "gpt-small", "state": "firing", "severity": "critical",
+        "kind": "nonfinite", "tag": "train/loss", "classification": None, "start_step": 1921, "since_step": 1921,
+        "since_time": 1764518400.0, "acknowledged": False, "silenced": False, "inhibited_by": None,
+        "finding": _ALERT_EXAMPLE,
+    }})
+
+
+class SilenceBody(BaseModel):
+    silenced: bool = True
+
+
+class LogdirBody(BaseModel):
+    path: str = Field(description="a directory under one of the service's allowed roots", examples=["/data/tb-logs/exp1"])
+
+
+class Logdir(BaseModel):
+    id: int
+    path: str
+    created_at: float
+    next_poll_at: float
+    last_scan_at: float | None
+    last_error: str | None
+
+
+class Health(BaseModel):
+    status: str
+    database: str

@@ -1,0 +1,24 @@
+"""Everything the service is configured with, passed to `create_app`; nothing is read from
+the environment or built at import."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from analyzers.config import AnalysisConfig
+
+HTTP_SOURCE = "http"  # the source of runs posted to the service, beside logdir paths
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    db_url: str | None = Field(None, description="Store URL; default: the SQLite file in the user state directory.")
+    allowed_roots: tuple[str, ...] = Field((), description="Directories under which logdirs may be registered.")
+    max_body_bytes: int = Field(64 << 20, description="Larger request bodies get 413.")
+    max_points_per_request: int = Field(1_000_000, description="More points in one request get 413.")
+    poll_interval: float = Field(30.0, description="Seconds between scans of each watched logdir.")
+    analysis_interval: float = Field(1.0, description="A run is analysed at most this often; busier runs are analysed in the background.")
+    webhooks: tuple[str, ...] = Field((), description="Where alert changes are POSTed.")
+    analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
+    background: bool = Field(True, description="Run the logdir poller, deferred analysis and deliveries.")
