@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import ipaddress
 import json
 import sys
+import time
 import tomllib
 
 import click
@@ -20,6 +22,7 @@ from app import analysis
 from app.export import FORMATS, runs_frame, write_frame
 from app import scan as scanner
 from app.report import merged_changes, open_alerts_table, render_changes_markdown, render_changes_table, render_table
+from app.store import tokens
 from app.store.db import Store, StoreError, open_store
 from app.ingest.problems import IngestError, Problem
 from app.ingest.sources import PathRead, read_path
@@ -96,6 +99,27 @@ def analyze(paths: tuple[str, ...], fmt: str, config_file: str | None, fail_on: 
 
 
 @main.command()
+@click.argument("path", type=click.Path())
+@click.option("--run", "run_name", help="The run to draw when PATH holds several.")
+@click.option("--tag", help="The tag to draw on top (default: the run's first loss tag).")
+@click.option(
+    "-o", "--output", required=True, type=click.Path(dir_okay=False),
+    help="The image to write: FILE.png or FILE.svg (the suffix sets the format).",
+)
+def plot(path: str, run_name: str | None, tag: str | None, output: str) -> None:
+    """Draw one run: the loss with its baseline, noise band and alerts, and the grad norm,
+    learning rate and loss scale on aligned panels below where the run logs them."""
+    from app import plot as plots  # matplotlib is loaded only by the command that draws
+
+    try:
+        fmt = plots.image_format(output)
+        run = plots.pick_run(path, _read(path, False).runs, run_name)
+        plots.write_image(plots.draw_run(path, run, tag), output, fmt)
+    except plots.PlotError as e:
+        _fail(str(e))
+
+
+@main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option(
     "--db", "db_url", envvar="LOSSWATCH_DB", show_envvar=True,
@@ -138,6 +162,99 @@ def scan(
         worst += [Severity[r.severity.upper()] for r in open_records if r.state.value == "firing"]
     if fail_on != "never" and any(s >= Severity[fail_on.upper()] for s in worst):
         sys.exit(EXIT_ALERTS)
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--db", "db_url", envvar="LOSSWATCH_DB", show_envvar=True, help="Store URL (as for scan).")
+@click.option("--allow-root", "allowed_roots", multiple=True, type=click.Path(file_okay=False),
+              help="A directory under which logdirs may be registered (repeatable).")
+@click.option("--poll-interval", default=30.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="Seconds between scans of each watched logdir.")
+@click.option("--analysis-interval", default=1.0, show_default=True, type=click.FloatRange(min=0),
+              help="A run is analysed at most this often; busier runs are analysed in the background.")
+@click.option("--max-body-bytes", default=64 << 20, show_default=True, type=click.IntRange(min=1))
+@click.option("--max-points", default=1_000_000, show_default=True, type=click.IntRange(min=1),
+              help="Most points one request may carry.")
+@click.option("--webhook", "webhooks", multiple=True, help="POST each alert change here (repeatable).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file of detector settings.")
+@click.option("--insecure", is_flag=True, help="Listen beyond loopback even though no API token exists.")
+def serve(
+    host: str, port: int, db_url: str | None, allowed_roots: tuple[str, ...], poll_interval: float,
+    analysis_interval: float, max_body_bytes: int, max_points: int, webhooks: tuple[str, ...],
+    config_file: str | None, insecure: bool,
+) -> None:
+    """Run the HTTP service: ingest over HTTP, watched logdirs, the alerts API."""
+    import uvicorn
+
+    from app.service.app import create_app
+    from app.service.logs import log_config
+    from app.service.settings import Settings
+
+    store = _open_store(db_url)
+    with store.read() as conn:
+        protected = tokens.any_tokens(conn)
+    store.close()
+    if not protected and not _loopback(host) and not insecure:
+        _fail(
+            f"refusing to listen on {host} with no API token: anyone who can reach it could post and read. "
+            "Create one with `losswatch token create NAME --scope write`, or pass --insecure"
+        )
+    settings = Settings(
+        db_url=db_url, allowed_roots=allowed_roots, poll_interval=poll_interval, analysis_interval=analysis_interval,
+        max_body_bytes=max_body_bytes, max_points_per_request=max_points, webhooks=webhooks,
+        analysis=_load_config(config_file),
+    )
+    uvicorn.run(create_app(settings), host=host, port=port, log_config=log_config(), access_log=False,
+                timeout_graceful_shutdown=30)
+
+
+@main.group()
+def token() -> None:
+    """Create, list and revoke the service's API tokens (stored hashed)."""
+
+
+@token.command("create")
+@click.argument("name")
+@click.option("--scope", type=click.Choice(["read", "write"]), default="read", show_default=True,
+              help="write may also read.")
+@click.option("--db", "db_url", envvar="LOSSWATCH_DB", show_envvar=True, help="Store URL (as for scan).")
+def token_create(name: str, scope: str, db_url: str | None) -> None:
+    """Print a new token; it is shown this once, only its hash is kept."""
+    with _open_store(db_url).write() as conn:
+        created = tokens.create_token(conn, name, scope, time.time())
+    if created is None:
+        _fail(f"a token called {name!r} exists already")
+    click.echo(created)
+
+
+@token.command("list")
+@click.option("--db", "db_url", envvar="LOSSWATCH_DB", show_envvar=True, help="Store URL (as for scan).")
+def token_list(db_url: str | None) -> None:
+    """The tokens' names and scopes (never the tokens)."""
+    with _open_store(db_url).read() as conn:
+        for t in tokens.list_tokens(conn):
+            click.echo(f"{t['name']}\t{t['scopes']}")
+
+
+@token.command("revoke")
+@click.argument("name")
+@click.option("--db", "db_url", envvar="LOSSWATCH_DB", show_envvar=True, help="Store URL (as for scan).")
+def token_revoke(name: str, db_url: str | None) -> None:
+    """Delete a token: requests bearing it are refused from now on."""
+    with _open_store(db_url).write() as conn:
+        if not tokens.revoke_token(conn, name):
+            _fail(f"no token called {name!r}")
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _render_scan(fmt: str, outcome, summary: str, open_records, show_all: bool) -> str:

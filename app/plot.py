@@ -29,7 +29,6 @@ from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
 from matplotlib.patches import ConnectionPatch
 
 from analyzers.baseline import BaselineConfig, trailing_baseline
@@ -45,9 +44,10 @@ IMAGE_FORMATS = {".png": "png", ".svg": "svg"}
 MAX_POINTS = 4000  # about 3 points per pixel of a 12-inch-wide panel at 100 dpi
 WIDTH_INCHES, PANEL_INCHES, DPI = 12, 3, 100
 LOWER_PANELS = (Role.GRAD_NORM, Role.LEARNING_RATE, Role.LOSS_SCALE)
-LOG_RANGE = 100.0  # positive values spanning more than 2 orders of magnitude get a log axis
+LOG_RANGE = 100.0  # positive values spanning more than 2 orders of magnitude get a log axis ...
+LOG_PEAK = 20.0  # ... and so do those peaking 20x over their median (a linear axis would flatten the rest)
 BAND_SIGMAS = 3.0
-MIN_SPAN = 0.004  # share of the axis a shading covers at least, so a 2-step spike still shows
+MIN_SPAN = 0.005  # share of the axis a shading covers at least, so a 2-step spike still shows
 
 LINE = "#1f4e9c"
 NONFINITE = "#d00000"
@@ -139,9 +139,9 @@ def draw_run(source: str, run: Run, tag: str | None = None, config: AnalysisConf
     axes[0].set_xlim(first - 0.01 * (last - first), last + 0.01 * (last - first) + 1)
     extra = _mark_findings(fig, panels, findings, last)
     for panel in panels:
-        _place_labels(panel, last - first)
+        _place_labels(panel)
     axes[-1].set_xlabel("step")
-    fig.suptitle(_title(source, run.name, findings), fontsize=13)
+    axes[0].set_title(_title(source, run.name, findings), fontsize=13, pad=10)
     _legend(fig, axes, extra)
     return fig
 
@@ -176,7 +176,8 @@ def _draw_series(panel: _Panel, role: str) -> None:
     keep = minmax_indices(series.step, series.value, MAX_POINTS)
     step, value = series.step[keep], series.value[keep]
     finite = np.isfinite(value)
-    ax.plot(step, np.where(finite, value, np.nan), color=LINE, lw=0.8, label=series.tag, gid=f"series-{series.tag}")
+    label = series.tag if role == "loss" else "_nolegend_"  # the other panels' ylabels say it
+    ax.plot(step, np.where(finite, value, np.nan), color=LINE, lw=0.8, label=label, gid=f"series-{series.tag}")
     if not finite.all():
         ax.plot(
             step[~finite], np.full(np.count_nonzero(~finite), 0.985), transform=ax.get_xaxis_transform(),
@@ -190,9 +191,13 @@ def _draw_series(panel: _Panel, role: str) -> None:
 
 
 def _wants_log(values: np.ndarray) -> bool:
-    """Positive values over more than two orders of magnitude: on a linear axis everything
-    but the largest would sit flat on the floor (a collapsing loss scale, an exploding norm)."""
-    return len(values) > 0 and values.min() > 0 and values.max() / values.min() > LOG_RANGE
+    """Positive values over more than two orders of magnitude (a collapsing loss scale), or
+    a few peaks far over the rest (a 45x loss spike): on a linear axis everything but the
+    largest values would sit flat on the floor."""
+    if len(values) == 0 or values.min() <= 0:
+        return False
+    top = values.max()
+    return top / values.min() > LOG_RANGE or top / np.median(values) > LOG_PEAK
 
 
 def _draw_baseline(ax: Axes, series: Series, config: BaselineConfig) -> None:
@@ -247,7 +252,8 @@ def _mark_stretch(panel: _Panel, f: Finding, last: int) -> None:
     gid = f"{style.gid}-{f.start_step}"
     end = last if f.end_step is None or f.kind is Kind.DIVERGENCE else f.end_step
     _shade(panel, f.start_step, end, style.colour, style.alpha, style.legend, gid)
-    text = f"{f.ratio:.3g}x {f.start_step}" if f.kind is Kind.GRAD_NORM_EXPLOSION else f"{style.gid} {f.start_step}"
+    size = f" {f.ratio:.3g}x" if f.kind is Kind.GRAD_NORM_EXPLOSION else ""
+    text = f"{style.legend}{size} {f.start_step}"
     panel.labels.append((f.start_step, text, style.colour, gid + "-label"))
 
 
@@ -263,18 +269,23 @@ def _mark_restart(fig: Figure, panels: list[_Panel], step: int) -> Artist:
     return line
 
 
-def _place_labels(panel: _Panel, span: float) -> None:
+def _place_labels(panel: _Panel) -> None:
     """Write the panel's labels at the top, each in the first row where it does not run into
-    the previous label, so that marks a few steps apart stay readable."""
+    the label before it, so that marks a few steps apart stay readable; a label that would
+    run off the right edge ends at its mark instead of starting there."""
+    lo, hi = panel.ax.get_xlim()
     row_ends: list[float] = []
     for x, text, colour, gid in sorted(panel.labels):
-        row = next((i for i, end in enumerate(row_ends) if x > end), len(row_ends))
+        width = (len(text) + 2) * 0.0062 * (hi - lo)  # bold 8-pt characters on a ~11-inch axis
+        flip = x + width > hi
+        left = x - width if flip else x
+        row = next((i for i, end in enumerate(row_ends) if left > end), len(row_ends))
         if row == len(row_ends):
-            row_ends.append(x)
-        row_ends[row] = x + (len(text) + 2) * 0.0062 * span  # 8-pt characters on a ~11-inch axis
+            row_ends.append(left)
+        row_ends[row] = left + width
         panel.ax.text(
-            x, 0.93 - 0.085 * row, " " + text, transform=panel.ax.get_xaxis_transform(), fontsize=8,
-            color=colour, fontweight="bold", va="top", ha="left", zorder=6, gid=gid,
+            x, 0.93 - 0.085 * row, f"{text} " if flip else f" {text}", transform=panel.ax.get_xaxis_transform(),
+            fontsize=8, color=colour, fontweight="bold", va="top", ha="right" if flip else "left", zorder=6, gid=gid,
             bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "alpha": 0.7, "lw": 0},
         )
 
@@ -292,7 +303,6 @@ def _legend(fig: Figure, axes: list[Axes], extra: dict[str, Artist]) -> None:
     entries: dict[str, Artist] = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
-            if ax is axes[0] or not isinstance(handle, Line2D) or handle.get_gid().startswith("nonfinite"):
-                entries.setdefault(label, handle)
+            entries.setdefault(label, handle)
     entries.update(extra)
-    fig.legend(entries.values(), entries.keys(), loc="outside upper center", ncols=min(len(entries), 6), fontsize=9)
+    fig.legend(entries.values(), entries.keys(), loc="outside upper center", ncols=min(len(entries), 8), fontsize=9)

@@ -1,0 +1,159 @@
+"""Posting points and event-file bytes: what is accepted, rejected, deduplicated, and how
+it answers."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.eventfiles import file_version, record, scalar_event
+from tests.service_helpers import service
+
+
+@pytest.fixture
+def client(store_url):
+    with service(store_url) as c:
+        yield c
+
+
+def points(steps, tag="train/loss", value=lambda s: 2.0):
+    return {"points": [{"step": s, "tag": tag, "value": value(s)} for s in steps]}
+
+
+def test_canonical_points_are_stored_and_analysed(client):
+    body = points(range(1000), value=lambda s: 7.0 if s == 500 else 2.0 + 3 * np.exp(-s / 200))
+    r = client.post("/v1/runs/exp1/points", json=body)
+    assert r.status_code == 200
+    out = r.json()
+    assert (out["run"], out["accepted"], out["duplicates"], out["rejected"], out["analysis"]) == ("exp1", 1000, 0, [], "done")
+    spike = [a for a in out["alerts"] if a["alert"]["kind"] == "loss_spike"]
+    assert [a["change"] for a in spike] == ["firing", "resolved"]
+    assert spike[0]["alert"]["start_step"] == 500
+
+
+def test_ndjson_and_wide_rows(client):
+    ndjson = "\n".join(json.dumps({"step": s, "tag": "loss", "value": 1.5}) for s in range(5))
+    r = client.post("/v1/runs/a/points", content=ndjson, headers={"Content-Type": "application/x-ndjson"})
+    assert r.json()["accepted"] == 5
+    r = client.post("/v1/runs/b/points", json=[{"step": 1, "loss": 2.3, "grad_norm": 0.8, "learning_rate": 3e-4}])
+    assert r.json()["accepted"] == 3
+    tags = {t["tag"]: t["role"] for t in client.get("/v1/runs/b").json()["tags"]}
+    assert tags == {"grad_norm": "grad_norm", "learning_rate": "learning_rate", "loss": "loss"}
+
+
+def test_bad_records_are_rejected_with_where_and_why_and_the_rest_kept(client):
+    lines = [{"step": 1, "tag": "loss", "value": 2.0}, {"step": 2, "tag": "loss", "value": True}, {"step": -1, "tag": "loss", "value": 1.0}]
+    body = "\n".join(json.dumps(x) for x in lines)
+    r = client.post("/v1/runs/a/points", content=body, headers={"Content-Type": "application/x-ndjson"})
+    assert r.status_code == 200
+    assert r.json()["accepted"] == 1
+    assert r.json()["rejected"] == [
+        {"reason": "value must be a number, got true", "line": 2, "json_path": "$.value", "offset": None, "points": None},
+        {"reason": "step must be an integer >= 0, got -1", "line": 3, "json_path": "$.step", "offset": None, "points": None},
+    ]
+    strict = client.post("/v1/runs/a/points?strict=true", content=body, headers={"Content-Type": "application/x-ndjson"})
+    assert strict.status_code == 422
+    assert strict.json()["error"]["code"] == "invalid_input"
+
+
+def test_a_body_naming_another_run_is_rejected(client):
+    r = client.post("/v1/runs/a/points", json={"run": "b", "points": [{"step": 1, "tag": "loss", "value": 1.0}]})
+    assert r.json()["accepted"] == 0
+    assert r.json()["rejected"][0]["reason"] == "run 'b' is not this URL's run 'a'"
+
+
+def test_invalid_json_is_rejected_with_its_line(client):
+    r = client.post("/v1/runs/a/points", content=b'{"points": [1,\n', headers={"Content-Type": "application/json"})
+    assert r.status_code == 200 and r.json()["accepted"] == 0
+    assert r.json()["rejected"][0]["reason"].startswith("invalid JSON:")
+    assert r.json()["rejected"][0]["line"] == 2
+
+
+def test_appending_twice_stores_once_and_a_different_value_is_a_rewrite(client):
+    client.post("/v1/runs/a/points", json=points(range(100)))
+    again = client.post("/v1/runs/a/points", json=points(range(100))).json()
+    assert (again["accepted"], again["duplicates"]) == (0, 100)
+    rewrite = client.post("/v1/runs/a/points", json=points(range(50, 60), value=lambda s: 3.0)).json()
+    assert (rewrite["accepted"], rewrite["duplicates"]) == (10, 0)
+    run = client.get("/v1/runs/a").json()
+    assert run["points"] == 110
+    assert [(r["from_step"], r["to_step"]) for r in run["rollbacks"]] == [(99, 50)]
+    series = client.get("/v1/runs/a/series", params={"tag": "train/loss", "max_points": 1000}).json()
+    assert [p for p in series["points"] if p[1] == 3.0] == [[s, 3.0] for s in range(50, 60)]
+    assert series["total"] == 60  # 60..99 of the first write are orphaned by the rewrite
+
+
+def test_nan_and_infinity_are_kept(client):
+    body = {"points": [{"step": 1, "tag": "loss", "value": "NaN"}, {"step": 2, "tag": "loss", "value": "-Infinity"}]}
+    assert client.post("/v1/runs/a/points", json=body).json()["accepted"] == 2
+    series = client.get("/v1/runs/a/series", params={"tag": "loss"}).json()
+    assert series["points"] == [[1, "NaN"], [2, "-Infinity"]]
+
+
+def test_limits(store_url):
+    with service(store_url, max_body_bytes=1000, max_points_per_request=5) as c:
+        big = c.post("/v1/runs/a/points", content=b"x" * 2000, headers={"Content-Type": "application/json"})
+        assert big.status_code == 413
+        assert big.json()["error"] == {"code": "body_too_large", "message": "the body is 2000 bytes; the limit is 1000"}
+        many = c.post("/v1/runs/a/points", json=points(range(6)))
+        assert many.status_code == 413
+        assert many.json()["error"]["message"] == "6 points in one request; the limit is 5"
+
+
+def test_deeply_nested_json_is_rejected_not_crashed(client):
+    deep = '{"step": 1, "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    r = client.post("/v1/runs/a/points", content=deep, headers={"Content-Type": "application/json"})
+    assert r.status_code == 200
+    assert r.json()["accepted"] == 0 and r.json()["rejected"]
+
+
+def event_bytes(steps, tag="train/loss") -> bytes:
+    return b"".join(record(scalar_event(s, tag, 2.0)) for s in steps)
+
+
+def test_event_file_chunks_append_and_resends_store_nothing_twice(client):
+    head = record(file_version()) + event_bytes(range(100))
+    first = client.post("/v1/runs/tb/events", params={"file": "events.out.tfevents.1"}, content=head).json()
+    assert (first["accepted"], first["next_offset"], first["end"]) == (100, len(head), "complete")
+    tail = event_bytes(range(100, 150))
+    second = client.post("/v1/runs/tb/events", params={"file": "events.out.tfevents.1", "offset": len(head)}, content=tail).json()
+    assert second["accepted"] == 50
+    resent = client.post("/v1/runs/tb/events", params={"file": "events.out.tfevents.1", "offset": len(head)}, content=tail).json()
+    assert resent["accepted"] == 0 and resent["next_offset"] == len(head) + len(tail)
+    assert client.get("/v1/runs/tb").json()["points"] == 150
+
+
+def test_a_chunk_cut_mid_record_is_taken_up_to_the_record_boundary(client):
+    data = event_bytes(range(10))
+    cut = len(data) - 7
+    r = client.post("/v1/runs/tb/events", params={"file": "f"}, content=data[:cut]).json()
+    assert r["accepted"] == 9 and r["end"] == "truncated"
+    rest = client.post("/v1/runs/tb/events", params={"file": "f", "offset": r["next_offset"]}, content=data[r["next_offset"]:]).json()
+    assert rest["accepted"] == 1 and rest["end"] == "complete"
+
+
+def test_a_gap_is_refused_with_the_offset_expected(client):
+    r = client.post("/v1/runs/tb/events", params={"file": "f", "offset": 100}, content=event_bytes(range(3)))
+    assert r.status_code == 409
+    assert r.json()["error"] == {
+        "code": "offset_gap", "message": "this run's copy of f ends at byte 0: send the bytes from there",
+        "details": {"expected_offset": 0},
+    }
+
+
+def test_a_corrupt_record_is_rejected_with_its_offset(client):
+    size = len(event_bytes(range(1)))
+    data = bytearray(event_bytes(range(3)))
+    data[size + 20] ^= 0xFF  # inside the second record's payload
+    r = client.post("/v1/runs/tb/events", params={"file": "f"}, content=bytes(data)).json()
+    assert r["accepted"] == 2
+    assert r["rejected"][0]["offset"] == size
+    assert r["rejected"][0]["reason"].startswith("payload CRC mismatch")
+
+
+def test_deferred_analysis_for_busy_runs(store_url):
+    with service(store_url, analysis_interval=3600) as c:
+        assert c.post("/v1/runs/a/points", json=points(range(10))).json()["analysis"] == "done"
+        assert c.post("/v1/runs/a/points", json=points(range(10, 20))).json()["analysis"] == "deferred"
