@@ -219,11 +219,15 @@ def token() -> None:
 @click.argument("name")
 @click.option("--scope", type=click.Choice(["read", "write"]), default="read", show_default=True,
               help="write may also read.")
+@click.option("--value", envvar="LOSSWATCH_TOKEN_VALUE", show_envvar=True,
+              help="Register this token (e.g. from a deployment secret) instead of making one up.")
 @click.option("--db", "db_url", envvar="LOSSWATCH_DB", show_envvar=True, help="Store URL (as for scan).")
-def token_create(name: str, scope: str, db_url: str | None) -> None:
+def token_create(name: str, scope: str, value: str | None, db_url: str | None) -> None:
     """Print a new token; it is shown this once, only its hash is kept."""
+    if value is not None and len(value) < 16:
+        _fail("a token must be at least 16 characters long")
     with _open_store(db_url).write() as conn:
-        created = tokens.create_token(conn, name, scope, time.time())
+        created = tokens.create_token(conn, name, scope, time.time(), value)
     if created is None:
         _fail(f"a token called {name!r} exists already")
     click.echo(created)

@@ -29,6 +29,7 @@ from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import ConnectionPatch
 
 from analyzers.baseline import BaselineConfig, trailing_baseline
@@ -51,6 +52,7 @@ MIN_SPAN = 0.005  # share of the axis a shading covers at least, so a 2-step spi
 
 LINE = "#1f4e9c"
 NONFINITE = "#d00000"
+RESTART_LINE = {"color": "black", "ls": "--", "lw": 1.2}
 SPIKE_COLOURS = {
     SpikeClass.FAST_RECOVERING: "#2ca02c",
     SpikeClass.SLOW_RECOVERING: "#ff8c00",
@@ -222,7 +224,8 @@ def _mark_findings(fig: Figure, panels: list[_Panel], findings: list[Finding], l
     extra: dict[str, Artist] = {}
     for f in findings:
         if f.kind is Kind.RESTART:
-            extra["restart"] = _mark_restart(fig, panels, f.start_step)
+            _mark_restart(fig, panels, f.start_step)
+            extra["restart"] = Line2D([], [], **RESTART_LINE)  # a patch would show as a box
         elif f.tag in by_tag and f.kind is Kind.LOSS_SPIKE:
             _mark_spike(by_tag[f.tag], f, last)
         elif f.tag in by_tag and f.kind in _STYLES:
@@ -239,7 +242,7 @@ def _shade(panel: _Panel, start: int, end: int, colour: str, alpha: float, label
 
 def _mark_spike(panel: _Panel, f: Finding, last: int) -> None:
     """Shaded from onset to recovery (to the end while not recovered), coloured by class."""
-    cls = f.classification or SpikeClass.PENDING
+    cls = f.classification
     gid = f"spike-{cls.value}-{f.start_step}"
     colour = SPIKE_COLOURS[cls]
     _shade(panel, f.start_step, last if f.end_step is None else f.end_step, colour, 0.35, f"spike: {cls.value}", gid)
@@ -257,16 +260,14 @@ def _mark_stretch(panel: _Panel, f: Finding, last: int) -> None:
     panel.labels.append((f.start_step, text, style.colour, gid + "-label"))
 
 
-def _mark_restart(fig: Figure, panels: list[_Panel], step: int) -> Artist:
+def _mark_restart(fig: Figure, panels: list[_Panel], step: int) -> None:
     """One dashed line from the top of the first panel to the bottom of the last."""
     top, bottom = panels[0].ax, panels[-1].ax
-    line = ConnectionPatch(
+    fig.add_artist(ConnectionPatch(
         xyA=(step, 1), coordsA=top.get_xaxis_transform(), xyB=(step, 0), coordsB=bottom.get_xaxis_transform(),
-        color="black", ls="--", lw=1.2, zorder=5, label="restart", gid=f"restart-{step}",
-    )
-    fig.add_artist(line)
+        zorder=5, gid=f"restart-{step}", **RESTART_LINE,
+    ))
     panels[0].labels.append((step, f"restart {step}", "black", f"restart-{step}-label"))
-    return line
 
 
 def _place_labels(panel: _Panel) -> None:

@@ -17,11 +17,13 @@ def digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def create_token(conn: Connection, name: str, scope: str, now: float) -> str | None:
-    """A new token with `scope` ("read" or "write"); None if the name is taken."""
-    if conn.execute(sa.select(tokens.c.id).where(tokens.c.name == name)).first():
+def create_token(conn: Connection, name: str, scope: str, now: float, value: str | None = None) -> str | None:
+    """A new token with `scope` ("read" or "write"), made up unless `value` is given; None
+    if the name (or the token) is taken."""
+    token = value or "lw_" + secrets.token_urlsafe(32)
+    taken = sa.or_(tokens.c.name == name, tokens.c.hash == digest(token))
+    if conn.execute(sa.select(tokens.c.id).where(taken)).first():
         return None
-    token = "lw_" + secrets.token_urlsafe(32)
     conn.execute(tokens.insert().values(name=name, hash=digest(token), scopes=SCOPES[scope], created_at=now))
     return token
 
