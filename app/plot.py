@@ -34,7 +34,7 @@ from matplotlib.patches import ConnectionPatch
 
 from analyzers.baseline import BaselineConfig, trailing_baseline
 from analyzers.config import AnalysisConfig
-from analyzers.findings import Finding, Kind, Severity, SpikeClass
+from analyzers.findings import Finding, Kind, SpikeClass
 from analyzers.roles import Role
 from analyzers.series import Resume, RunSeries, Series, prepare_run
 from app import analysis
@@ -49,6 +49,7 @@ LOG_RANGE = 100.0  # positive values spanning more than 2 orders of magnitude ge
 LOG_PEAK = 20.0  # ... and so do those peaking 20x over their median (a linear axis would flatten the rest)
 BAND_SIGMAS = 3.0
 MIN_SPAN = 0.005  # share of the axis a shading covers at least, so a 2-step spike still shows
+LABEL_ROWS = 6  # rows of labels at the top of a panel; a burst of more keeps shading and ids only
 
 LINE = "#1f4e9c"
 NONFINITE = "#d00000"
@@ -253,7 +254,7 @@ def _mark_stretch(panel: _Panel, f: Finding, last: int) -> None:
     """Every other alert: shaded from its start to its end (or the end of the run)."""
     style = _STYLES[f.kind]
     gid = f"{style.gid}-{f.start_step}"
-    end = last if f.end_step is None or f.kind is Kind.DIVERGENCE else f.end_step
+    end = last if f.end_step is None else f.end_step
     _shade(panel, f.start_step, end, style.colour, style.alpha, style.legend, gid)
     size = f" {f.ratio:.3g}x" if f.kind is Kind.GRAD_NORM_EXPLOSION else ""
     text = f"{style.legend}{size} {f.start_step}"
@@ -273,7 +274,8 @@ def _mark_restart(fig: Figure, panels: list[_Panel], step: int) -> None:
 def _place_labels(panel: _Panel) -> None:
     """Write the panel's labels at the top, each in the first row where it does not run into
     the label before it, so that marks a few steps apart stay readable; a label that would
-    run off the right edge ends at its mark instead of starting there."""
+    run off the right edge ends at its mark instead of starting there.  A label finding no
+    free row is left out rather than written over another: its shading still shows."""
     lo, hi = panel.ax.get_xlim()
     row_ends: list[float] = []
     for x, text, colour, gid in sorted(panel.labels):
@@ -281,6 +283,8 @@ def _place_labels(panel: _Panel) -> None:
         flip = x + width > hi
         left = x - width if flip else x
         row = next((i for i, end in enumerate(row_ends) if left > end), len(row_ends))
+        if row == LABEL_ROWS:
+            continue
         if row == len(row_ends):
             row_ends.append(left)
         row_ends[row] = left + width

@@ -168,3 +168,25 @@ def test_silenced_alerts_send_no_webhooks(store_url):
         client = httpx.Client(transport=httpx.MockTransport(lambda r: seen.append(r) or httpx.Response(200)))
         report = deliver_due(c.app.state.store, client)
     assert report.delivered == 1  # the firing before the silence; nothing after it
+
+
+def test_two_services_on_one_postgresql_share_the_logdirs(pg_url, tmp_path):
+    for r in range(6):
+        (tmp_path / f"run{r}").mkdir()
+        v = np.full(600, 2.0)
+        v[500:] = np.nan
+        write_events(tmp_path / f"run{r}" / "events.out.tfevents.1", [scalar_event(i, "train/loss", float(x)) for i, x in enumerate(v)])
+    common = dict(allowed_roots=(str(tmp_path),), background=True, poll_interval=0.3)
+    with service(pg_url, **common) as first, service(pg_url, **common) as second:
+        first.post("/v1/logdirs", json={"path": str(tmp_path)})
+        second.app.state.wake_poller()
+        wait_for(lambda: len(first.get("/v1/alerts", params={"severity": "critical"}).json()) == 6)
+        time.sleep(1.0)  # several more polls by both processes
+        import sqlalchemy as sa
+
+        engine = sa.create_engine(pg_url)
+        with engine.connect() as conn:
+            fired = conn.execute(sa.text("SELECT count(*) FROM alert_events WHERE change = 'firing'")).scalar()
+            points = conn.execute(sa.text("SELECT sum(count) FROM chunks")).scalar()
+        engine.dispose()
+    assert fired == 6 and points == 6 * 600  # each run read once, each alert fired once

@@ -1,0 +1,171 @@
+"""`losswatch plot` as a user meets it, checked on structure (the SVG's element ids, which
+are the marks' gids), never on pixels."""
+
+from __future__ import annotations
+
+import struct
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from app import plot
+from app.cli import main
+from app.ingest.sources import read_path
+from tests.conftest import REPO
+from tests.eventfiles import file_version, scalar_event, write_events
+
+SAMPLES = REPO / "sample_runs"
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def svg_of(path: Path, tmp_path: Path, *options: str) -> ET.Element:
+    out = tmp_path / "plot.svg"
+    result = invoke("plot", str(path), *options, "-o", str(out))
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "", "")
+    return ET.parse(out).getroot()
+
+
+def ids(element: ET.Element) -> set[str]:
+    return {e.get("id") for e in element.iter() if e.get("id")}
+
+
+def by_id(root: ET.Element, gid: str) -> ET.Element:
+    return next(e for e in root.iter() if e.get("id") == gid)
+
+
+def panel(root: ET.Element, role: str) -> set[str]:
+    """The ids drawn inside one panel."""
+    return ids(by_id(root, f"panel-{role}"))
+
+
+@pytest.fixture
+def two_runs(tmp_path):
+    """run_a logs a train and an eval loss, run_b only a learning rate."""
+    rng = np.random.default_rng(0)
+    for name, tags in [("run_a", ["train/loss", "eval/loss"]), ("run_b", ["train/lr"])]:
+        (tmp_path / name).mkdir()
+        events = [scalar_event(i, tag, 1.0 + 0.02 * rng.standard_normal()) for i in range(120) for tag in tags]
+        write_events(tmp_path / name / "events.out.tfevents.1", [file_version(), *events])
+    return tmp_path
+
+
+def test_bad_batch_marks_the_spike_and_the_explosion_on_their_panels(tmp_path):
+    root = svg_of(SAMPLES / "bad_batch", tmp_path)
+    assert {"panel-loss", "panel-grad_norm", "panel-learning_rate"} <= ids(root)
+    assert "panel-loss_scale" not in ids(root)  # not logged
+    assert {"series-train/loss", "baseline", "noise-band", "spike-fast_recovering-1500",
+            "spike-fast_recovering-1500-label", "plateau-2100"} <= panel(root, "loss")
+    assert {"series-train/grad_norm", "explosion-1500", "explosion-1500-label"} <= panel(root, "grad_norm")
+    assert "explosion-1500" not in panel(root, "loss")
+    assert not any(i.startswith("nonfinite") for i in ids(root))
+
+
+def test_fp16_overflow_marks_nans_where_they_happen_and_the_collapse(tmp_path):
+    root = svg_of(SAMPLES / "fp16_overflow", tmp_path)
+    assert {"nonfinite-train/loss", "spike-divergent-1897", "spike-fast_recovering-1872"} <= panel(root, "loss")
+    assert "nonfinite-train/grad_norm" in panel(root, "grad_norm")
+    assert "collapse-768" in panel(root, "loss_scale")
+    assert "nonfinite-train/loss_scale" not in ids(root)
+
+
+def test_a_restart_is_one_line_across_every_panel(tmp_path):
+    root = svg_of(SAMPLES / "resume", tmp_path)
+    assert "restart-1500" in ids(root)
+    assert not any("restart-1500" in panel(root, role) for role in ("loss", "grad_norm", "learning_rate"))
+    assert "restart-1500-label" in panel(root, "loss")
+
+
+def test_log_scale_where_the_range_calls_for_it():
+    run = read_path(str(SAMPLES / "fp16_overflow")).runs["."]
+    fig = plot.draw_run(str(SAMPLES / "fp16_overflow"), run)
+    scales = {ax.get_gid(): ax.get_yscale() for ax in fig.axes}
+    assert scales == {"panel-loss": "linear", "panel-grad_norm": "log", "panel-learning_rate": "log",
+                      "panel-loss_scale": "log"}
+    assert fig.axes[0].get_title() == "fp16_overflow: 5 alerts (4 critical, 1 info)"
+
+
+def test_png_is_a_png_of_12_inches_by_3_per_panel_at_100_dpi(tmp_path):
+    out = tmp_path / "bad_batch.png"
+    result = invoke("plot", str(SAMPLES / "bad_batch"), "-o", str(out))
+    assert (result.exit_code, result.stdout) == (0, "")
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    assert struct.unpack(">II", data[16:24]) == (1200, 900)  # 3 panels: loss, grad norm, lr
+
+
+def test_a_pending_spike_and_a_lone_nan(tmp_path):
+    rng = np.random.default_rng(1)
+    loss = 1.0 + 0.02 * rng.standard_normal(300)
+    loss[100], loss[-3:] = np.nan, 5.0  # the spike is at the very end: too early to classify
+    write_events(tmp_path / "events.out.tfevents.1", [scalar_event(i, "train/loss", float(v)) for i, v in enumerate(loss)])
+    root = svg_of(tmp_path, tmp_path)
+    assert {"spike-pending-297", "spike-pending-297-label", "nonfinite-train/loss"} <= panel(root, "loss")
+    assert ids(root) >= {"panel-loss"} and not any(i.startswith("panel-") and i != "panel-loss" for i in ids(root))
+
+
+def test_a_long_series_is_drawn_from_at_most_4000_points_and_keeps_its_spike(tmp_path):
+    n = 50_000
+    loss = 1.0 + 0.02 * np.random.default_rng(2).standard_normal(n)
+    loss[31_415] = 30.0
+    path = tmp_path / "long.csv"
+    np.savetxt(path, np.column_stack([np.arange(n), loss]), fmt=["%d", "%.6g"], delimiter=",", header="step,loss", comments="")
+    fig = plot.draw_run(str(path), read_path(str(path)).runs["long"])
+    (line,) = [line for line in fig.axes[0].lines if line.get_gid() == "series-loss"]
+    assert len(line.get_xdata()) <= plot.MAX_POINTS
+    assert 31_415 in line.get_xdata()
+    assert "spike-fast_recovering-31415" in {p.get_gid() for p in fig.axes[0].patches}
+
+
+def test_several_runs_without_run_is_exit_2_listing_them(two_runs, tmp_path):
+    result = invoke("plot", str(two_runs), "-o", str(tmp_path / "x.png"))
+    assert result.exit_code == 2
+    assert result.stderr == f"losswatch: {two_runs} holds 2 runs; pick one with --run: run_a, run_b\n"
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_run_picks_the_run_and_an_unknown_run_is_named(two_runs, tmp_path):
+    root = svg_of(two_runs, tmp_path, "--run", "run_a")
+    assert "series-train/loss" in panel(root, "loss")  # the first loss tag by default
+    result = invoke("plot", str(two_runs), "--run", "nope", "-o", str(tmp_path / "x.png"))
+    assert result.exit_code == 2
+    assert result.stderr == f"losswatch: no run 'nope' in {two_runs}; runs: run_a, run_b\n"
+
+
+def test_tag_picks_the_loss_and_an_unknown_tag_lists_the_tags(two_runs, tmp_path):
+    root = svg_of(two_runs, tmp_path, "--run", "run_a", "--tag", "eval/loss")
+    assert "series-eval/loss" in panel(root, "loss") and "series-train/loss" not in ids(root)
+    result = invoke("plot", str(two_runs), "--run", "run_a", "--tag", "nope", "-o", str(tmp_path / "x.png"))
+    assert result.exit_code == 2
+    assert result.stderr == "losswatch: run 'run_a' has no tag 'nope'; tags: eval/loss, train/loss\n"
+
+
+def test_a_run_without_a_loss_tag_asks_for_one(two_runs, tmp_path):
+    result = invoke("plot", str(two_runs), "--run", "run_b", "-o", str(tmp_path / "x.png"))
+    assert result.exit_code == 2
+    assert result.stderr == "losswatch: run 'run_b' has no loss tag; pick one with --tag: train/lr\n"
+    root = svg_of(two_runs, tmp_path, "--run", "run_b", "--tag", "train/lr")
+    assert "series-train/lr" in panel(root, "loss")
+
+
+@pytest.mark.parametrize("name", ["plot.pdf", "plot", "plot.png.txt"])
+def test_the_suffix_sets_the_format_and_any_other_is_refused_before_reading(tmp_path, name):
+    out = tmp_path / name
+    result = invoke("plot", str(tmp_path / "missing"), "-o", str(out))
+    assert result.exit_code == 2
+    assert result.stderr == f"losswatch: {out}: the file name must end in .png or .svg\n"
+    assert not out.exists()
+
+
+def test_input_and_output_errors_are_exit_2(tmp_path):
+    missing = invoke("plot", str(tmp_path / "missing"), "-o", str(tmp_path / "x.png"))
+    assert missing.exit_code == 2 and missing.stderr.startswith("losswatch: ")
+    out = tmp_path / "no" / "such" / "dir" / "x.png"
+    unwritable = invoke("plot", str(SAMPLES / "bad_batch"), "-o", str(out))
+    assert unwritable.exit_code == 2
+    assert unwritable.stderr == f"losswatch: {out}: cannot write: No such file or directory\n"
