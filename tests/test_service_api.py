@@ -186,7 +186,9 @@ def test_two_services_on_one_postgresql_share_the_logdirs(pg_url, tmp_path):
 
         engine = sa.create_engine(pg_url)
         with engine.connect() as conn:
-            fired = conn.execute(sa.text("SELECT count(*) FROM alert_events WHERE change = 'firing'")).scalar()
+            fired = conn.execute(sa.text(
+                "SELECT count(*), count(DISTINCT alert_id) FROM alert_events WHERE change = 'firing'"
+            )).one()
             points = conn.execute(sa.text("SELECT sum(count) FROM chunks")).scalar()
         engine.dispose()
-    assert fired == 6 and points == 6 * 600  # each run read once, each alert fired once
+    assert fired[0] == fired[1] >= 6 and points == 6 * 600  # each run read once, each alert fired once
