@@ -41,7 +41,7 @@ class LossScaleDetector:
         low = int(np.argmin(v))
         top = int(np.argmax(v[: low + 1]))
         halvings = int(np.sum(np.diff(v[top : low + 1]) < 0))
-        first_drop = top + 1 + int(np.argmax(np.diff(v[top : low + 1]) < 0)) if halvings else low
+        first_drop = _first_permanent_drop(v, top, low)
         fall = float(v[top] / v[low]) if v[low] > 0 else math.inf
         severity = Severity.CRITICAL if stuck else Severity.WARNING
         where = f"its floor {float(v[low]):g}" if stuck else f"{float(v[low]):g}"
@@ -70,3 +70,12 @@ class LossScaleDetector:
                 evidence={"drops": halvings, "stuck_at_floor": bool(stuck)},
             )
         ]
+
+
+def _first_permanent_drop(v: np.ndarray, top: int, low: int) -> int:
+    """Where the collapse starts: the first drop after which the scale never again reaches
+    the value it fell from (the overflows before it were absorbed, as designed)."""
+    later_max = np.maximum.accumulate(v[::-1])[::-1]  # later_max[i] = max(v[i:])
+    before, after = v[top:low], v[top + 1 : low + 1]
+    permanent = np.flatnonzero((after < before) & (later_max[top + 1 : low + 1] < before))
+    return top + 1 + int(permanent[0]) if len(permanent) else low
