@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
 import time
+
+import httpx
 
 from fastapi.testclient import TestClient
 
@@ -29,3 +36,36 @@ def wait_for(check, timeout: float = 10.0):
             return result
         time.sleep(0.05)
     raise AssertionError("condition not met in time")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def server_process(url: str, *args: str):
+    """`losswatch serve` as a real process on a free port; yields (base URL, process)."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--db", url, *args],
+        stderr=subprocess.PIPE, env=env,
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        try:
+            return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return process.poll() is not None  # died: stop waiting, the caller will see it
+
+    try:
+        wait_for(up, timeout=30)
+        assert process.poll() is None, process.stderr.read().decode()
+        yield base, process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=30)

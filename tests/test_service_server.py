@@ -4,48 +4,19 @@ clients posting interleaved points without losing or doubling one, and shuts dow
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
-import subprocess
-import sys
 import threading
-import time
 
 import httpx
 import pytest
 
-from tests.service_helpers import wait_for
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.service_helpers import server_process
 
 
 @pytest.fixture
 def server(store_url):
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--db", store_url, "--analysis-interval", "0.5"],
-        stderr=subprocess.PIPE, env=env,
-    )
-    base = f"http://127.0.0.1:{port}"
-
-    def up():
-        try:
-            return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return process.poll() is not None  # died: stop waiting, the test will see it
-
-    wait_for(up, timeout=30)
-    assert process.poll() is None, process.stderr.read().decode()
-    yield base, process
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=30)
+    with server_process(store_url, "--analysis-interval", "0.5") as running:
+        yield running
 
 
 def test_concurrent_clients_posting_interleaved_points_store_each_exactly_once(server):

@@ -12,9 +12,10 @@ from importlib.metadata import version
 import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse
+from fastapi.staticfiles import StaticFiles
 
-from app.service import errors
+from app.service import errors, ui
 from app.service.background import Background
 from app.service.metrics import Metrics
 from app.service.routes import alerts, ingest, logdirs, ops, runs
@@ -57,11 +58,22 @@ def create_app(settings: Settings) -> FastAPI:
 
     app = FastAPI(title="losswatch", version=version("losswatch"), description=DESCRIPTION, lifespan=lifespan)
     errors.install(app)
+    app.add_exception_handler(errors.ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.middleware("http")(_log_request)
     for router in (ingest.router, runs.router, alerts.router, logdirs.router, ops.router):
         app.include_router(router)
+    app.include_router(ui.build_login_router())
+    app.include_router(ui.build_router())
+    app.mount("/static", StaticFiles(directory=ui.STATIC), name="static")
     return app
+
+
+async def _api_error(request: Request, e: errors.ApiError):
+    """API errors answer JSON; a person's browser asked to sign in is sent to the login page."""
+    if e.status == 401 and "text/html" in request.headers.get("accept", "") and not request.url.path.startswith("/v1/"):
+        return RedirectResponse(request.url_for("ui_login"), status_code=303)
+    return JSONResponse(errors.error_body(e.code, e.message, e.details), status_code=e.status)
 
 
 async def _invalid_request(_: Request, e: RequestValidationError) -> JSONResponse:

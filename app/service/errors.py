@@ -35,9 +35,7 @@ def problem_dict(problem) -> dict:
 
 
 def install(app: FastAPI) -> None:
-    @app.exception_handler(ApiError)
-    async def api_error(_: Request, e: ApiError) -> JSONResponse:
-        return JSONResponse(error_body(e.code, e.message, e.details), status_code=e.status)
+    """Handlers for the lower layers' errors (ApiError's own is the app's: it knows the UI)."""
 
     @app.exception_handler(IngestError)
     async def ingest_error(_: Request, e: IngestError) -> JSONResponse:

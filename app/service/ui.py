@@ -1,0 +1,102 @@
+"""The web UI: server-rendered pages (runs, a run with its charts, alerts, one alert) whose
+charts read the same JSON API as any client, drawn with the bundled uPlot (no CDN)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+
+from analyzers.roles import Role, infer_role
+from app.service.auth import COOKIE, READ
+from app.service.errors import ApiError
+from app.service.routes.alerts import alert_view
+from app.service.routes.common import one_run, store_of
+from app.store import alerts as stored_alerts
+from app.store import runs as stored_runs
+from app.store import tokens
+
+HERE = Path(__file__).parent
+STATIC = HERE / "static"
+_ORDER = [Role.LOSS, Role.EVAL_LOSS, Role.GRAD_NORM, Role.LEARNING_RATE, Role.LOSS_SCALE, Role.OTHER]
+
+
+def build_router() -> APIRouter:
+    """The UI's routes (not in the OpenAPI: they are for people)."""
+    templates = Jinja2Templates(directory=HERE / "templates")
+    router = APIRouter(include_in_schema=False, dependencies=[READ])
+
+    @router.get("/", response_class=HTMLResponse, name="ui_runs")
+    def runs_page(request: Request) -> Response:
+        with store_of(request).read() as conn:
+            runs = stored_runs.list_runs(conn)
+            counts = stored_alerts.open_counts(conn)
+        rows = [{"name": r.name, "source": r.source, "points": r.points, "last_step": r.last_step,
+                 "open_alerts": counts.get(r.id, {})} for r in runs]
+        rows.sort(key=lambda r: (-r["open_alerts"].get("critical", 0), -r["open_alerts"].get("warning", 0), r["name"]))
+        return templates.TemplateResponse(request, "runs.html", {"runs": rows})
+
+    @router.get("/run", response_class=HTMLResponse, name="ui_run")
+    def run_page(request: Request, name: str = Query(...), source: str | None = Query(None)) -> Response:
+        with store_of(request).read() as conn:
+            run = one_run(conn, name, source)
+            tags = stored_runs.tag_summary(conn, run.id)
+            rows = stored_alerts.query_alerts(conn, run_id=run.id)
+            counts = stored_alerts.open_counts(conn).get(run.id, {})
+        charts = sorted(({"tag": t, "role": infer_role(t).value} for t, *_ in tags),
+                        key=lambda c: (_ORDER.index(Role(c["role"])), c["tag"]))
+        context = {
+            "run": {"name": run.name, "source": run.source, "points": run.points, "last_step": run.last_step, "open_alerts": counts},
+            "tags": charts,
+            "alerts": [alert_view(*row) for row in rows if row[0].inhibited_by is None],
+        }
+        return templates.TemplateResponse(request, "run.html", context)
+
+    @router.get("/alerts", response_class=HTMLResponse, name="ui_alerts")
+    def alerts_page(request: Request, state: str = Query(""), severity: str = Query("")) -> Response:
+        if state not in ("", "pending", "firing", "resolved") or severity not in ("", "info", "warning", "critical"):
+            raise ApiError(422, "invalid_request", "unknown state or severity")
+        with store_of(request).read() as conn:
+            rows = stored_alerts.query_alerts(conn, state=state or None, severity=severity or None)
+        context = {"alerts": [alert_view(*row) for row in rows], "state": state, "severity": severity}
+        return templates.TemplateResponse(request, "alerts.html", context)
+
+    @router.get("/alert/{alert_id}", response_class=HTMLResponse, name="ui_alert")
+    def alert_page(request: Request, alert_id: str) -> Response:
+        with store_of(request).read() as conn:
+            found = stored_alerts.query_alerts(conn, alert_id=alert_id)
+            if not found:
+                raise ApiError(404, "not_found", f"no alert {alert_id!r}")
+            alert = alert_view(*found[0])
+            run = one_run(conn, alert.run, alert.source)
+            tags = [t for t, *_ in stored_runs.tag_summary(conn, run.id)]
+        chart_tag = alert.tag if alert.tag in tags else next((t for t in tags if infer_role(t) is Role.LOSS), tags[0] if tags else "")
+        return templates.TemplateResponse(request, "alert.html", {"a": alert, "chart_tag": chart_tag})
+
+    return router
+
+
+def build_login_router() -> APIRouter:
+    """Signing in sets the token as an HttpOnly cookie, which the pages and the API accept."""
+    templates = Jinja2Templates(directory=HERE / "templates")
+    router = APIRouter(include_in_schema=False)
+
+    @router.get("/login", response_class=HTMLResponse, name="ui_login")
+    def login_form(request: Request) -> Response:
+        return templates.TemplateResponse(request, "login.html", {})
+
+    @router.post("/login", name="ui_login_submit")
+    async def login(request: Request) -> Response:
+        token = parse_qs((await request.body()).decode(errors="replace")).get("token", [""])[0]
+        with store_of(request).read() as conn:
+            known = tokens.scopes_of(conn, token) is not None
+        if not known:
+            return templates.TemplateResponse(request, "login.html", {"error": "unknown token"}, status_code=401)
+        response = RedirectResponse(request.url_for("ui_runs"), status_code=303)
+        response.set_cookie(COOKIE, token, httponly=True, samesite="strict")
+        return response
+
+    return router
