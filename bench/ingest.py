@@ -48,6 +48,8 @@ from pathlib import Path
 import crc32c
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.eventfiles frames records
+
 DATA = Path(__file__).resolve().parent / "data"
 TAGS = ("train/loss", "train/grad_norm", "train/lr", "eval/loss")
 ONE_M_STEPS = 250_000
@@ -365,26 +367,14 @@ def _table(head: list[str], rows: list[str]) -> str:
 # ---------------------------------------------------------------- incremental reads
 
 
-def masked_crc(data: bytes) -> int:
-    crc = crc32c.crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def tfrecord(payload: bytes) -> bytes:
-    header = struct.pack("<Q", len(payload))
-    return header + struct.pack("<I", masked_crc(header)) + payload + struct.pack("<I", masked_crc(payload))
-
-
 def append_scalars(path: Path, first_step: int, steps: int) -> None:
     """Append TAGS x `steps` simple_value events to an existing event file, as a writer would."""
-    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tests.eventfiles import record, scalar_event
 
     records = []
     for i, row in enumerate(curves(steps, seed=99).tolist()):
         for tag, value in zip(TAGS, row):
-            summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=value)])
-            event = event_pb2.Event(wall_time=time.time(), step=first_step + i, summary=summary)
-            records.append(tfrecord(event.SerializeToString()))
+            records.append(record(scalar_event(first_step + i, tag, value, time.time())))
     with open(path, "ab") as f:
         f.write(b"".join(records))
 
