@@ -19,6 +19,7 @@ demo: install
 	$(BIN)/losswatch analyze sample_runs --fail-on never
 
 test: install-test
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -m 'not slow'
 
 bench: install-test

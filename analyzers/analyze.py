@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from analyzers.config import AnalysisConfig
-from analyzers.findings import Finding, Kind, Severity, SpikeClass
+from analyzers.findings import Finding, Kind, SpikeClass
 from analyzers.gradnorm import GradNormDetector
 from analyzers.lossscale import LossScaleDetector
 from analyzers.nonfinite import NonFiniteDetector

@@ -79,7 +79,7 @@ class LossSpikeDetector:
     def spikes(self, series: Series) -> list[Spike]:
         """Every spike of a series, in step order."""
         c = self.config
-        v, s = series.fvalue, series.fstep
+        v = series.fvalue
         if len(v) < c.baseline.min_points + 1:
             return []
         base = trailing_baseline(v, c.baseline)

@@ -19,13 +19,13 @@ import numpy as np
 from analyzers.config import AnalysisConfig, ConfigError
 from analyzers.findings import Severity
 from app import analysis
-from app.export import FORMATS, runs_frame, write_frame
 from app import scan as scanner
+from app.export import FORMATS, runs_frame, write_frame
+from app.ingest.problems import IngestError, Problem
+from app.ingest.sources import PathRead, read_path
 from app.report import merged_changes, open_alerts_table, render_changes_markdown, render_changes_table, render_table
 from app.store import tokens
 from app.store.db import Store, StoreError, open_store
-from app.ingest.problems import IngestError, Problem
-from app.ingest.sources import PathRead, read_path
 
 EXIT_ALERTS = 1
 EXIT_INPUT_ERROR = 2

@@ -12,7 +12,6 @@ import numpy as np
 import pandas as pd
 
 from analyzers.series import current_view
-
 from app.ingest.logdir import Run
 from app.ingest.points import Points
 from app.ingest.sources import read_path

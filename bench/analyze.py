@@ -56,11 +56,11 @@ def main() -> None:
 
     for name, runs in (("1 run x 4 tags x 250k", [big]), ("200 runs x 4 tags x 5k", many)):
         points = sum(len(w.step) for r in runs for w in r.values())
-        wall, cpu, findings = best_of(3, lambda: analyze_all(runs))
+        wall, cpu, findings = best_of(3, lambda runs=runs: analyze_all(runs))
         rows.append((name, "losswatch: every detector, 4 tags", points, wall, cpu, findings))
         losses = [(r["train/loss"].step, r["train/loss"].value) for r in runs]
         loss_points = sum(len(s) for s, _ in losses)
-        wall, cpu, found = best_of(3, lambda: sum(len(olmo(s, v)) for s, v in losses))
+        wall, cpu, found = best_of(3, lambda losses=losses: sum(len(olmo(s, v)) for s, v in losses))
         rows.append((name, "pandas rolling 6-sigma rule, loss only", loss_points, wall, cpu, found))
     print("| data | analysis | points | wall s | CPU s | points/CPU-s | findings |")
     print("|---|---|---|---|---|---|---|")

@@ -11,7 +11,6 @@ import sys
 import time
 
 import httpx
-
 from fastapi.testclient import TestClient
 
 from app.service.app import create_app

@@ -56,7 +56,7 @@ def test_shapes_that_hurt():
         "negative": -np.linspace(5, 1, 500),
         "zeros": np.zeros(500),
     }
-    for name, v in cases.items():
+    for v in cases.values():
         steps = np.arange(len(v), dtype=np.int64)
         run = prepare_run({"train/loss": TagWrites(steps, v, np.zeros(len(v), np.int32))})
         analyze_run(run)  # must not raise

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.ingest.points import Points
 from analyzers.series import current_view
+from app.ingest.points import Points
 from app.ingest.restarts import SegmentState, SessionStart, assign_segments
 
 

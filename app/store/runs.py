@@ -16,8 +16,8 @@ from app.ingest.logdir import RunState
 from app.ingest.points import Points
 from app.ingest.restarts import Rollback, SegmentState
 from app.store import chunks
-from app.store.schema import files, rollbacks, runs, tags
 from app.store.schema import chunks as chunk_table
+from app.store.schema import files, rollbacks, runs, tags
 
 
 @dataclass(frozen=True)
