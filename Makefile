@@ -24,6 +24,10 @@ test: install-test
 
 bench: install-test
 	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/analyze.py
+	$(BIN)/python bench/accuracy.py
+	$(BIN)/python bench/scan.py
+	$(BIN)/python bench/api.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info app/ingest/_tfrecord.c app/ingest/*.so
