@@ -22,7 +22,7 @@ class TrendConfig:
     divergence_z: float = 6.0  # ... and far beyond noise ...
     rising_share: float = 0.6  # ... with most block-to-block moves since the minimum upward
     plateau_share: float = 0.3  # the last 30% of the run ...
-    plateau_min_points: int = 200
+    plateau_min_points: int = 500  # a plateau is long: IDEFICS waited ~10k steps
     plateau_tolerance: float = 0.01  # ... improved by less than 1%
     stalled_lr: float = 0.01  # LR below 1% of its peak through a plateau: a stalled schedule
 

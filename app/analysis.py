@@ -12,7 +12,7 @@ import numpy as np
 
 from analyzers.analyze import analyze_run
 from analyzers.config import AnalysisConfig
-from analyzers.findings import Finding
+from analyzers.findings import Finding, Kind
 from analyzers.series import Resume, TagWrites, prepare_run
 from app.ingest.logdir import Run
 
@@ -50,8 +50,15 @@ class Alert:
         }
 
 
+# Patterns judged on the trend over many points: their onset moves as data arrives, so it
+# is not part of their identity (one of each per tag at a time).
+_ONSET_FREE = {Kind.PLATEAU.value, Kind.DIVERGENCE.value, Kind.LOSS_SCALE_COLLAPSE.value}
+
+
 def fingerprint(source: str, run: str, tag: str, kind: str, start_step: int) -> str:
-    key = "\x1f".join((source, run, tag, kind, str(start_step)))
+    """The alert's identity: the same incident gets the same id on every analysis."""
+    onset = "" if kind in _ONSET_FREE else str(start_step)
+    key = "\x1f".join((source, run, tag, kind, onset))
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from analyzers.config import AnalysisConfig
@@ -83,7 +82,6 @@ def mark_dirty(conn: Connection, run: StoredRun, now: float) -> None:
     )
 
 
-def due_for_analysis(conn: Connection, run: StoredRun, interval: float, now: float) -> bool:
-    """Whether the run may be analysed now: not analysed within the last `interval` seconds."""
-    analyzed = conn.execute(sa.select(runs.c.analyzed_at).where(runs.c.id == run.id)).scalar()
-    return analyzed is None or now - analyzed >= interval
+def due_for_analysis(run: StoredRun, interval: float, now: float) -> bool:
+    """Whether the run (as locked) may be analysed now: not analysed in the last `interval` s."""
+    return run.analyzed_at is None or now - run.analyzed_at >= interval

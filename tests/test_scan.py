@@ -290,3 +290,15 @@ def test_scan_with_a_bad_store_url_is_exit_2(tmp_path):
     result = CliRunner().invoke(main, ["scan", str(tmp_path), "--db", "nosuch://x"])
     assert result.exit_code == 2
     assert result.stderr.startswith("losswatch: nosuch://x: not a database URL losswatch can use")
+
+
+def test_a_plateau_seen_growing_scan_after_scan_fires_once(store, tmp_path):
+    (tmp_path / "r").mkdir()
+    events = tmp_path / "r" / "events.out.tfevents.1"
+    write_events(events, [])
+    flat = 2.0 * (1 + 0.02 * np.random.default_rng(5).standard_normal(6000))
+    reported = []
+    for first in range(0, 6000, 250):  # a cron scan after every 250 steps
+        append(events, flat[first : first + 250], first)
+        reported += changes(scan(store, [str(tmp_path)]))
+    assert [c for c in reported if c[2] == "plateau"] == [("firing", "r", "plateau", reported[0][3])]

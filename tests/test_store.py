@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from app.ingest.logdir import read_logdir
+from app.ingest.points import Points
 from app.store import chunks
 from app.store import runs as stored_runs
 from app.store.db import StoreError, open_store
@@ -90,3 +91,20 @@ def test_an_unreachable_directory_is_a_store_error(tmp_path):
         assert str(e) == f"{url}: cannot open the store: unable to open database file"
     else:
         raise AssertionError("no error")
+
+
+def test_small_appends_grow_the_last_chunk_instead_of_adding_rows(store_url):
+    store = open_store(store_url)
+    with store.write() as conn:
+        row = stored_runs.lock_run(conn, "src", "r", 1.0)
+    for first in range(0, 3000, 10):  # a training loop posting 10 steps at a time
+        steps = np.arange(first, first + 10, dtype=np.int64)
+        points = Points(("loss",), np.zeros(10, np.int32), steps, np.full(10, np.nan), steps * 0.5)
+        with store.write() as conn:
+            stored_runs.append_points(conn, row.id, points, np.zeros(10, np.int32))
+    with store.read() as conn:
+        rows = conn.execute(sa.text("SELECT count(*) FROM chunks")).scalar()
+        [writes] = stored_runs.load_writes(conn, row.id).values()
+    store.close()
+    assert rows <= 3000 // stored_runs.SMALL_CHUNK + 1
+    assert np.array_equal(writes.step, np.arange(3000)) and np.array_equal(writes.value, np.arange(3000) * 0.5)

@@ -99,7 +99,7 @@ def _assess(conn: Connection, run: StoredRun, last_step: int | None, settings: S
     """Analyse now, unless the run was analysed less than `analysis_interval` ago: then the
     background analysis picks it up (bulk loads stay fast; a training loop posting every
     few seconds gets its alerts in the response)."""
-    if due_for_analysis(conn, run, settings.analysis_interval, now):
+    if due_for_analysis(run, settings.analysis_interval, now):
         result.changes = reassess(conn, run, last_step, settings.analysis, list(settings.webhooks), now)
         result.analysis = "done"
     else:
@@ -110,7 +110,7 @@ def _assess(conn: Connection, run: StoredRun, last_step: int | None, settings: S
 def _drop_duplicates(conn: Connection, run: StoredRun, points: Points) -> Points:
     """The points whose (tag, step) is not already stored with the same value."""
     keep = np.ones(len(points), bool)
-    resume_to = {r.segment: r.to_step for r in stored_runs.load_resumes(conn, run.id)}
+    resume_to = None  # loaded only if some step is not past what is stored
     for tag_id, name in enumerate(points.tags):
         mine = np.flatnonzero(points.tag == tag_id)
         if not len(mine):
@@ -122,6 +122,8 @@ def _drop_duplicates(conn: Connection, run: StoredRun, points: Points) -> Points
         writes = stored_runs.load_tag_writes(conn, run.id, name, from_step=int(steps.min()))
         if writes is None:
             continue
+        if resume_to is None:
+            resume_to = {r.segment: r.to_step for r in stored_runs.load_resumes(conn, run.id)}
         view = current_view(np.zeros(len(writes.step), np.int8), writes.step, writes.segment, resume_to)
         known_steps, known_values = writes.step[view], writes.value[view]
         order = np.argsort(known_steps)

@@ -29,6 +29,7 @@ class StoredRun:
     last_step: int | None
     points: int
     updated_at: float = 0.0
+    analyzed_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -79,29 +80,53 @@ def save_files(conn: Connection, run_id: int, progress: Mapping[str, StoredFile]
 
 
 CHUNK_POINTS = 16384  # a read of recent steps decodes at most this much history per tag
+SMALL_CHUNK = 1024  # a tag's last chunk this small takes the next append in, rather than a new row
 
 
 def append_points(conn: Connection, run_id: int, points: Points, segment: np.ndarray) -> None:
-    """Chunks of at most CHUNK_POINTS points per tag, in write order."""
+    """Chunks of at most CHUNK_POINTS points per tag, in write order.  Small appends (a
+    training loop posting every step) go into the tag's last chunk while it is small, so a
+    run's chunk count grows with its points, not with how often it was appended to."""
     if not len(points):
         return
     ids = _tag_ids(conn, run_id, [points.tags[t] for t in np.unique(points.tag)])
     order = np.argsort(points.tag, kind="stable")
     bounds = np.flatnonzero(np.diff(points.tag[order])) + 1
     rows = []
-    per_tag = np.split(order, bounds)
-    for part in (p[i : i + CHUNK_POINTS] for p in per_tag for i in range(0, len(p), CHUNK_POINTS)):
-        step = points.step[part]
-        rows.append(
-            {
-                "tag_id": ids[points.tags[points.tag[part[0]]]],
-                "count": len(part),
-                "first_step": int(step.min()),
-                "last_step": int(step.max()),
-                "data": chunks.pack(step, segment[part], points.wall_time[part], points.value[part]),
-            }
-        )
-    conn.execute(chunk_table.insert(), rows)
+    for part in np.split(order, bounds):
+        tag_id = ids[points.tags[points.tag[part[0]]]]
+        columns = (points.step[part], segment[part], points.wall_time[part], points.value[part])
+        if len(part) < SMALL_CHUNK and _grow_last_chunk(conn, tag_id, columns):
+            continue
+        for i in range(0, len(part), CHUNK_POINTS):
+            rows.append(_chunk_row(tag_id, *(c[i : i + CHUNK_POINTS] for c in columns)))
+    if rows:
+        conn.execute(chunk_table.insert(), rows)
+
+
+def _grow_last_chunk(conn: Connection, tag_id: int, columns: tuple[np.ndarray, ...]) -> bool:
+    """Append to the tag's last chunk if it is small; False if there is none such."""
+    last = conn.execute(
+        sa.select(chunk_table.c.id, chunk_table.c.count, chunk_table.c.data)
+        .where(chunk_table.c.tag_id == tag_id)
+        .order_by(chunk_table.c.id.desc())
+        .limit(1)
+    ).first()
+    if last is None or last.count >= SMALL_CHUNK:
+        return False
+    merged = [np.concatenate([old, new]) for old, new in zip(chunks.unpack(last.data, last.count), columns)]
+    conn.execute(chunk_table.update().where(chunk_table.c.id == last.id).values(**_chunk_row(tag_id, *merged)))
+    return True
+
+
+def _chunk_row(tag_id: int, step: np.ndarray, segment: np.ndarray, wall_time: np.ndarray, value: np.ndarray) -> dict:
+    return {
+        "tag_id": tag_id,
+        "count": len(step),
+        "first_step": int(step.min()),
+        "last_step": int(step.max()),
+        "data": chunks.pack(step, segment, wall_time, value),
+    }
 
 
 def delete_points(conn: Connection, run_id: int) -> None:
@@ -242,7 +267,9 @@ def rollback_rows(conn: Connection, run_id: int) -> list[dict]:
 
 
 def _stored(row) -> StoredRun:
-    return StoredRun(row.id, row.source, row.name, _state(row.state), row.last_step, row.points, row.updated_at)
+    return StoredRun(
+        row.id, row.source, row.name, _state(row.state), row.last_step, row.points, row.updated_at, row.analyzed_at
+    )
 
 
 def dirty_runs(conn: Connection, analysed_before: float) -> list[StoredRun]:
