@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 from app.service import errors, ui
+from app.service.auth import TokenCache
 from app.service.background import Background
 from app.service.metrics import Metrics
 from app.service.routes import alerts, ingest, logdirs, ops, runs
@@ -43,6 +44,7 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.store = store
         app.state.settings = settings
         app.state.metrics = Metrics(store)
+        app.state.tokens = TokenCache(store)
         background = Background(store, settings, app.state.metrics, client)
         app.state.wake_poller = background.wake
         task = asyncio.create_task(background.run()) if settings.background else None
@@ -60,7 +62,7 @@ def create_app(settings: Settings) -> FastAPI:
     errors.install(app)
     app.add_exception_handler(errors.ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
-    app.middleware("http")(_log_request)
+    app.add_middleware(RequestLog)
     for router in (ingest.router, runs.router, alerts.router, logdirs.router, ops.router):
         app.include_router(router)
     app.include_router(ui.build_login_router())
@@ -81,12 +83,31 @@ async def _invalid_request(_: Request, e: RequestValidationError) -> JSONRespons
     return JSONResponse(errors.error_body("invalid_request", "the request is not valid", details), status_code=422)
 
 
-async def _log_request(request: Request, call_next):
-    started = time.perf_counter()
-    response = await call_next(request)
-    log.info(
-        "request",
-        extra={"method": request.method, "path": request.url.path, "status": response.status_code,
-               "ms": round((time.perf_counter() - started) * 1000, 2)},
-    )
-    return response
+class RequestLog:
+    """One structured log line per request (a plain ASGI middleware: Starlette's
+    BaseHTTPMiddleware costs a task and a stream per request)."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def remember_status(message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, remember_status)
+        finally:
+            log.info(
+                "request",
+                extra={"method": scope["method"], "path": scope["path"], "status": status,
+                       "ms": round((time.perf_counter() - started) * 1000, 2)},
+            )
