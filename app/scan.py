@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import httpx
@@ -39,7 +39,7 @@ class ScanOutcome:
     points: int = 0  # points stored
     events: list[Reported] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
-    deliveries: DeliveryReport = DeliveryReport(0, [])
+    deliveries: DeliveryReport = field(default_factory=lambda: DeliveryReport(0, []))
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def scan(
     paths: list[str],
     *,
     config: AnalysisConfig = AnalysisConfig(),
-    webhooks: list[str] = (),  # type: ignore[assignment]
+    webhooks: Sequence[str] = (),
     client: httpx.Client | None = None,
     clock: Callable[[], float] = time.time,
     progress: Callable[[int, int], None] | None = None,
@@ -117,7 +117,8 @@ def _changed(target: _Target, known: dict[str, StoredFile]) -> bool:
 
 
 def _scan_run(
-    store: Store, target: _Target, config: AnalysisConfig, webhooks: list[str], clock: Callable[[], float], outcome: ScanOutcome
+    store: Store, target: _Target, config: AnalysisConfig, webhooks: Sequence[str], clock: Callable[[], float],
+    outcome: ScanOutcome,
 ) -> None:
     if target.text:
         _scan_text(store, target, config, webhooks, clock, outcome)
@@ -146,7 +147,8 @@ def _scan_run(
 
 
 def _scan_text(
-    store: Store, target: _Target, config: AnalysisConfig, webhooks: list[str], clock: Callable[[], float], outcome: ScanOutcome
+    store: Store, target: _Target, config: AnalysisConfig, webhooks: Sequence[str], clock: Callable[[], float],
+    outcome: ScanOutcome,
 ) -> None:
     """A JSON/CSV log changed: read it whole and replace what its runs held."""
     path = target.files[0]

@@ -6,6 +6,7 @@ caller's transaction, which holds the run's lock."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,7 +57,7 @@ def reassess(
     run: StoredRun,
     last_step: int | None,
     config: AnalysisConfig,
-    webhooks: list[str],
+    webhooks: Sequence[str],
     now: float,
 ) -> list[Reported]:
     """Analyse the whole stored run, move its alerts along, queue their deliveries (not for

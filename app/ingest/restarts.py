@@ -14,6 +14,7 @@ first write, +1 at every rollback).  Its rule, stated once here:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,7 +57,7 @@ class SegmentState:
 def assign_segments(
     points: Points,
     sources: list[tuple[int, str]],
-    starts: list[SessionStart] = (),  # type: ignore[assignment]
+    starts: Sequence[SessionStart] = (),
     state: SegmentState | None = None,
 ) -> tuple[np.ndarray, list[Rollback], SegmentState]:
     """Split points read in order into segments.
