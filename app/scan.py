@@ -139,11 +139,11 @@ def _scan_run(
         if not progress:
             return
         stored_runs.save_files(conn, run.id, progress)
-        last_step = store_points(conn, run, read.points, read.segment, read.rollbacks, read.state, now)
+        updated = store_points(conn, run, read.points, read.segment, read.rollbacks, read.state, now)
         outcome.changed += 1
         outcome.points += len(read.points)
         if len(read.points) or read.rollbacks:
-            outcome.events += reassess(conn, run, last_step, config, webhooks, now)
+            outcome.events += reassess(conn, updated, config, webhooks, now)
 
 
 def _scan_text(
@@ -169,11 +169,11 @@ def _scan_text(
             segment, rollbacks, segments = assign_segments(points, [(0, path)])
             stored_runs.delete_points(conn, run.id)
             stored_runs.save_files(conn, run.id, {path: StoredFile(len(data), len(data), "complete")})
-            fresh = replace(run, last_step=None, points=0)
-            last_step = store_points(conn, fresh, points, segment, tuple(rollbacks), RunState(segments), now)
+            fresh = replace(run, last_step=None, points=0, analyzed_points=None)
+            updated = store_points(conn, fresh, points, segment, tuple(rollbacks), RunState(segments), now)
             outcome.changed += 1
             outcome.points += len(points)
-            outcome.events += reassess(conn, run, last_step, config, webhooks, now)
+            outcome.events += reassess(conn, updated, config, webhooks, now)
 
 
 def _size(path: str) -> int:

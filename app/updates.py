@@ -7,19 +7,20 @@ caller's transaction, which holds the run's lock."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from sqlalchemy.engine import Connection
 
 from analyzers.config import AnalysisConfig
 from app.alerts.lifecycle import Change, Event, evaluate
-from app.analysis import analyze_writes
+from app.analysis import Alert, analyze_writes
 from app.ingest.logdir import RunState
 from app.ingest.points import Points
 from app.ingest.restarts import Rollback
 from app.store import alerts as stored_alerts
 from app.store import runs as stored_runs
+from app.store.db import Store
 from app.store.runs import StoredRun
 from app.store.schema import runs
 
@@ -40,40 +41,70 @@ def store_points(
     rollbacks: tuple[Rollback, ...],
     state: RunState,
     now: float,
-) -> int | None:
-    """Append points and rollbacks and the run's new state; returns the run's last step."""
+) -> StoredRun:
+    """Append points and rollbacks and the run's new state; returns the run as it now is."""
     stored_runs.append_points(conn, run.id, points, segment)
     stored_runs.add_rollbacks(conn, run.id, rollbacks)
     last_step = run.last_step
     if len(points):
         newest = int(points.step.max())
         last_step = newest if last_step is None else max(last_step, newest)
-    stored_runs.save_run(conn, run, state, run.points + len(points), last_step, now)
-    return last_step
+    updated = replace(run, state=state, points=run.points + len(points), last_step=last_step, updated_at=now)
+    stored_runs.save_run(conn, run, state, updated.points, last_step, now)
+    return updated
 
 
-def reassess(
-    conn: Connection,
-    run: StoredRun,
-    last_step: int | None,
-    config: AnalysisConfig,
-    webhooks: Sequence[str],
-    now: float,
-) -> list[Reported]:
-    """Analyse the whole stored run, move its alerts along, queue their deliveries (not for
-    silenced alerts); returns the changes worth reporting (all but starting to wait in
-    pending)."""
+@dataclass(frozen=True)
+class Assessment:
+    """The alerts of a run as it stood with `points` points stored."""
+
+    points: int
+    last_step: int | None
+    current: list[Alert]
+
+
+def assess(conn: Connection, run: StoredRun, config: AnalysisConfig) -> Assessment:
+    """Analyse the whole stored run.  Reads only: the service runs it outside the write
+    lock, so a slow analysis never holds up other runs' appends."""
+    run = stored_runs.get_run(conn, run.id)  # the row and the points from one snapshot
     writes = stored_runs.load_writes(conn, run.id)
     resumes = stored_runs.load_resumes(conn, run.id)
-    current = analyze_writes(run.source, run.name, writes, resumes, config)
-    records, events = evaluate(stored_alerts.load_alerts(conn, run.id), current, last_step, now)
+    return Assessment(run.points, run.last_step, analyze_writes(run.source, run.name, writes, resumes, config))
+
+
+def apply(conn: Connection, run: StoredRun, assessment: Assessment, webhooks: Sequence[str], now: float) -> list[Reported]:
+    """Move the run's alerts along by an assessment and queue their deliveries (not for
+    silenced alerts); returns the changes worth reporting (all but starting to wait in
+    pending).  `run` is the locked row.  An assessment older than the last one applied is
+    dropped (two analyses of a run can finish out of order); one that missed points stored
+    since leaves the run waiting for the next analysis."""
+    if run.analyzed_points is not None and assessment.points < run.analyzed_points:
+        return []
+    records, events = evaluate(stored_alerts.load_alerts(conn, run.id), assessment.current, assessment.last_step, now)
     stored_alerts.save_alerts(conn, run.id, records)
     ids = stored_alerts.add_events(conn, events, now)
     reported = [(i, e) for i, e in zip(ids, events) if e.change is not Change.PENDING]
     quiet = stored_alerts.silenced_ids(conn, [e.record.id for _, e in reported])
     stored_alerts.enqueue(conn, [i for i, e in reported if e.record.id not in quiet], list(webhooks), now)
-    conn.execute(runs.update().where(runs.c.id == run.id).values(analyzed_at=now, dirty_since=None))
+    done = {"analyzed_at": now, "analyzed_points": assessment.points}
+    if assessment.points >= run.points:
+        done["dirty_since"] = None
+    conn.execute(runs.update().where(runs.c.id == run.id).values(**done))
     return [Reported(run.source, e) for _, e in reported]
+
+
+def reassess(conn: Connection, run: StoredRun, config: AnalysisConfig, webhooks: Sequence[str], now: float) -> list[Reported]:
+    """Analyse and apply in the caller's one transaction (a scan: crash-safe as a whole)."""
+    return apply(conn, run, assess(conn, run, config), webhooks, now)
+
+
+def analyze_now(store: Store, run: StoredRun, config: AnalysisConfig, webhooks: Sequence[str], now: float) -> list[Reported]:
+    """Analyse outside the write lock, then apply under the run's lock (the service)."""
+    with store.read() as conn:
+        assessment = assess(conn, run, config)
+    with store.write() as conn:
+        locked = stored_runs.lock_run(conn, run.source, run.name, now)
+        return apply(conn, locked, assessment, webhooks, now)
 
 
 def mark_dirty(conn: Connection, run: StoredRun, now: float) -> None:

@@ -18,7 +18,7 @@ from app.service.settings import Settings
 from app.store import logdirs as stored_logdirs
 from app.store import runs as stored_runs
 from app.store.db import Store
-from app.updates import reassess
+from app.updates import analyze_now
 
 log = logging.getLogger("losswatch.background")
 
@@ -77,7 +77,4 @@ class Background:
         with self.store.read() as conn:
             waiting = stored_runs.dirty_runs(conn, now - self.settings.analysis_interval)
         for run in waiting:
-            with self.store.write() as conn:
-                locked = stored_runs.lock_run(conn, run.source, run.name, now)
-                if stored_runs.is_dirty(conn, locked.id):  # another process may have done it
-                    reassess(conn, locked, locked.last_step, self.settings.analysis, list(self.settings.webhooks), now)
+            analyze_now(self.store, run, self.settings.analysis, self.settings.webhooks, now)

@@ -26,7 +26,7 @@ from app.service.settings import HTTP_SOURCE, Settings
 from app.store import runs as stored_runs
 from app.store.db import Store
 from app.store.runs import StoredFile, StoredRun
-from app.updates import Reported, due_for_analysis, mark_dirty, reassess, store_points
+from app.updates import Reported, analyze_now, due_for_analysis, mark_dirty, store_points
 
 
 @dataclass
@@ -57,10 +57,12 @@ def ingest_json(store: Store, run: str, body: bytes, ndjson: bool, strict: bool,
         fresh = _drop_duplicates(conn, stored, points)
         result.duplicates = len(points) - len(fresh)
         result.accepted = len(fresh)
-        if len(fresh):
-            segment, rollbacks, segments = assign_segments(fresh, [(0, "request")], state=stored.state.segments)
-            last_step = store_points(conn, stored, fresh, segment, tuple(rollbacks), RunState(segments, stored.state.plugins), now)
-            _assess(conn, stored, last_step, settings, now, result)
+        if not len(fresh):
+            return result
+        segment, rollbacks, segments = assign_segments(fresh, [(0, "request")], state=stored.state.segments)
+        updated = store_points(conn, stored, fresh, segment, tuple(rollbacks), RunState(segments, stored.state.plugins), now)
+        mark_dirty(conn, updated, now)
+    _assess(store, stored, updated, settings, now, result)
     return result
 
 
@@ -89,21 +91,24 @@ def ingest_events(
         )
         segment, rollbacks, segments = assign_segments(read.points, [(0, file)], read.starts, stored.state.segments)
         stored_runs.save_files(conn, stored.id, {key: StoredFile(read.end_offset, read.end_offset, read.end.value)})
-        last_step = store_points(conn, stored, read.points, segment, tuple(rollbacks), RunState(segments, tags.known_plugins()), now)
-        if len(read.points) or rollbacks:
-            _assess(conn, stored, last_step, settings, now, result)
+        updated = store_points(conn, stored, read.points, segment, tuple(rollbacks), RunState(segments, tags.known_plugins()), now)
+        if not (len(read.points) or rollbacks):
+            return result
+        mark_dirty(conn, updated, now)
+    _assess(store, stored, updated, settings, now, result)
     return result
 
 
-def _assess(conn: Connection, run: StoredRun, last_step: int | None, settings: Settings, now: float, result: IngestResult) -> None:
-    """Analyse now, unless the run was analysed less than `analysis_interval` ago: then the
-    background analysis picks it up (bulk loads stay fast; a training loop posting every
-    few seconds gets its alerts in the response)."""
-    if due_for_analysis(run, settings.analysis_interval, now):
-        result.changes = reassess(conn, run, last_step, settings.analysis, list(settings.webhooks), now)
+def _assess(store: Store, before: StoredRun, run: StoredRun, settings: Settings, now: float, result: IngestResult) -> None:
+    """The points are committed and the run marked as waiting for analysis.  Analyse it now
+    (outside the write lock), unless it was analysed less than `analysis_interval` ago: then
+    the background analysis picks it up (bulk loads stay fast; a training loop posting every
+    few seconds gets its alerts in the response).  A crash in between loses nothing: the
+    run is still waiting."""
+    if due_for_analysis(before, settings.analysis_interval, now):
+        result.changes = analyze_now(store, run, settings.analysis, settings.webhooks, now)
         result.analysis = "done"
     else:
-        mark_dirty(conn, run, now)
         result.analysis = "deferred"
 
 

@@ -54,8 +54,12 @@ class Store:
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Connection]:
-        """A read-only transaction (SQLite: does not take the write lock)."""
-        with self.engine.connect().execution_options(losswatch_read=True) as conn, conn.begin():
+        """A read-only transaction over one snapshot (SQLite: without the write lock;
+        PostgreSQL: REPEATABLE READ, so a run's row and its points agree)."""
+        options = {"losswatch_read": True}
+        if self.dialect == "postgresql":
+            options["isolation_level"] = "REPEATABLE READ"
+        with self.engine.connect().execution_options(**options) as conn, conn.begin():
             yield conn
 
     def close(self) -> None:

@@ -30,6 +30,7 @@ class StoredRun:
     points: int
     updated_at: float = 0.0
     analyzed_at: float | None = None
+    analyzed_points: int | None = None
 
 
 @dataclass(frozen=True)
@@ -212,6 +213,10 @@ def _state(data: dict) -> RunState:
     return RunState(SegmentState(data["segment"], {k: int(v) for k, v in data["max_step"].items()}), dict(data["plugins"]))
 
 
+def get_run(conn: Connection, run_id: int) -> StoredRun:
+    return _stored(conn.execute(sa.select(runs).where(runs.c.id == run_id)).one())
+
+
 def find_runs(conn: Connection, name: str, source: str | None = None) -> list[StoredRun]:
     """Runs called `name` (under `source` when given): several logdirs may each have one."""
     query = sa.select(runs).where(runs.c.name == name)
@@ -268,7 +273,8 @@ def rollback_rows(conn: Connection, run_id: int) -> list[dict]:
 
 def _stored(row) -> StoredRun:
     return StoredRun(
-        row.id, row.source, row.name, _state(row.state), row.last_step, row.points, row.updated_at, row.analyzed_at
+        row.id, row.source, row.name, _state(row.state), row.last_step, row.points, row.updated_at,
+        row.analyzed_at, row.analyzed_points,
     )
 
 
@@ -280,7 +286,3 @@ def dirty_runs(conn: Connection, analysed_before: float) -> list[StoredRun]:
         sa.or_(runs.c.analyzed_at.is_(None), runs.c.analyzed_at <= analysed_before),
     )
     return [_stored(row) for row in conn.execute(query.order_by(runs.c.dirty_since))]
-
-
-def is_dirty(conn: Connection, run_id: int) -> bool:
-    return conn.execute(sa.select(runs.c.dirty_since).where(runs.c.id == run_id)).scalar() is not None

@@ -33,6 +33,7 @@ runs = Table(
     Column("updated_at", Double, nullable=False),
     Column("dirty_since", Double),  # new points not yet analysed (the service defers busy runs)
     Column("analyzed_at", Double),
+    Column("analyzed_points", BigInteger),  # how many points the last applied analysis saw
     UniqueConstraint("source", "name", name="uq_runs_source_name"),
 )
 
