@@ -1,8 +1,9 @@
 """Bringing a stored run up to date: store what was read, re-analyse, move the alerts.
 
 One code path for every way points arrive (`losswatch scan`, the service's ingest
-endpoints, its logdir poller and its deferred analysis).  Everything here runs inside the
-caller's transaction, which holds the run's lock."""
+endpoints, its logdir poller and its deferred analysis).  `store_points`, `apply` and
+`reassess` run inside the caller's transaction, which holds the run's lock; `assess` only
+reads, and `analyze_now` runs the two phases in transactions of its own."""
 
 from __future__ import annotations
 
