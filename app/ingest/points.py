@@ -37,25 +37,3 @@ class Points:
             wall_time=np.empty(0, np.float64),
             value=np.empty(0, np.float64),
         )
-
-    @classmethod
-    def concat(cls, parts: list[Points]) -> Points:
-        """Join runs' pieces read in order, re-indexing tags into one shared table."""
-        parts = [p for p in parts if len(p) or p.tags]
-        if not parts:
-            return cls.empty()
-        names: dict[str, int] = {}
-        for part in parts:
-            for name in part.tags:
-                names.setdefault(name, len(names))
-        remapped = [
-            np.asarray([names[t] for t in part.tags], np.int32)[part.tag] if len(part) else part.tag
-            for part in parts
-        ]
-        return cls(
-            tags=tuple(names),
-            tag=np.concatenate(remapped).astype(np.int32, copy=False),
-            step=np.concatenate([p.step for p in parts]),
-            wall_time=np.concatenate([p.wall_time for p in parts]),
-            value=np.concatenate([p.value for p in parts]),
-        )
