@@ -27,6 +27,11 @@ from app.report import merged_changes, open_alerts_table, render_changes_markdow
 from app.store import tokens
 from app.store.db import Store, StoreError, open_store
 
+_db_option = click.option(
+    "--db", "db_url", envvar="LOSSWATCH_DB", show_envvar=True,
+    help="Store URL: sqlite:///FILE or postgresql://... (default: a SQLite file in the user state directory).",
+)
+
 EXIT_ALERTS = 1
 EXIT_INPUT_ERROR = 2
 FAIL_ON = ("info", "warning", "critical", "never")
@@ -121,10 +126,7 @@ def plot(path: str, run_name: str | None, tag: str | None, output: str) -> None:
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.option(
-    "--db", "db_url", envvar="LOSSWATCH_DB", show_envvar=True,
-    help="Store URL: sqlite:///FILE or postgresql://... (default: a SQLite file in the user state directory).",
-)
+@_db_option
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file of detector settings.")
 @click.option(
@@ -167,7 +169,7 @@ def scan(
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
-@click.option("--db", "db_url", envvar="LOSSWATCH_DB", show_envvar=True, help="Store URL (as for scan).")
+@_db_option
 @click.option("--allow-root", "allowed_roots", multiple=True, type=click.Path(file_okay=False),
               help="A directory under which logdirs may be registered (repeatable).")
 @click.option("--poll-interval", default=30.0, show_default=True, type=click.FloatRange(min=0.1),
@@ -221,7 +223,7 @@ def token() -> None:
               help="write may also read.")
 @click.option("--value", envvar="LOSSWATCH_TOKEN_VALUE", show_envvar=True,
               help="Register this token (e.g. from a deployment secret) instead of making one up.")
-@click.option("--db", "db_url", envvar="LOSSWATCH_DB", show_envvar=True, help="Store URL (as for scan).")
+@_db_option
 def token_create(name: str, scope: str, value: str | None, db_url: str | None) -> None:
     """Print a new token; it is shown this once, only its hash is kept."""
     if value is not None and len(value) < 16:
@@ -234,7 +236,7 @@ def token_create(name: str, scope: str, value: str | None, db_url: str | None) -
 
 
 @token.command("list")
-@click.option("--db", "db_url", envvar="LOSSWATCH_DB", show_envvar=True, help="Store URL (as for scan).")
+@_db_option
 def token_list(db_url: str | None) -> None:
     """The tokens' names and scopes (never the tokens)."""
     with _open_store(db_url).read() as conn:
@@ -244,7 +246,7 @@ def token_list(db_url: str | None) -> None:
 
 @token.command("revoke")
 @click.argument("name")
-@click.option("--db", "db_url", envvar="LOSSWATCH_DB", show_envvar=True, help="Store URL (as for scan).")
+@_db_option
 def token_revoke(name: str, db_url: str | None) -> None:
     """Delete a token: requests bearing it are refused from now on."""
     with _open_store(db_url).write() as conn:

@@ -13,7 +13,7 @@ import pandas as pd
 
 from analyzers.series import current_view
 from app.ingest.logdir import Run
-from app.ingest.points import Points
+from app.ingest.points import Points, json_number
 from app.ingest.sources import read_path
 
 COLUMNS = ["run", "tag", "step", "wall_time", "value", "segment"]
@@ -87,20 +87,13 @@ def _tag_codes(run: Run, tag_code: dict[str, int]) -> np.ndarray:
 
 
 def _write_jsonl(frame: pd.DataFrame, out: IO[bytes]) -> None:
-    def number(x: float) -> float | str | None:
-        if np.isnan(x):
-            return "NaN"
-        if np.isinf(x):
-            return "Infinity" if x > 0 else "-Infinity"
-        return float(x)
-
     for run, tag, step, wall, value, segment in frame.itertuples(index=False, name=None):
         row = {
             "run": run,
             "tag": tag,
             "step": int(step),
             "wall_time": None if np.isnan(wall) else float(wall),
-            "value": number(value),
+            "value": json_number(value),
             "segment": int(segment),
         }
         out.write(json.dumps(row).encode() + b"\n")

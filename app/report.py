@@ -23,8 +23,7 @@ def render_table(alerts: list[Alert], runs: int) -> str:
         )
         for a in ordered
     ]
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r[:4], widths)) + "  " + r[4] for r in rows]
+    lines = _aligned(rows)
     counts = {s: sum(1 for a in alerts if str(a.finding.severity) == s) for s in ("critical", "warning", "info")}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     return "\n".join(lines + [f"{len(alerts)} alerts in {runs} runs ({summary})"])
@@ -60,9 +59,7 @@ def render_changes_table(reported: list[Reported], outcome_line: str) -> str:
     ]
     if not rows:
         return outcome_line
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths)) + "  " + row[5] for row in rows]
-    return "\n".join(lines + [outcome_line])
+    return "\n".join(_aligned(rows) + [outcome_line])
 
 
 def render_changes_markdown(reported: list[Reported], outcome_line: str) -> str:
@@ -86,5 +83,10 @@ def open_alerts_table(records: list[AlertRecord]) -> str:
          str(r.start_step), r.finding["message"])
         for r in records
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths)) + "  " + row[5] for row in rows)
+    return "\n".join(_aligned(rows))
+
+
+def _aligned(rows: list[tuple[str, ...]]) -> list[str]:
+    """Rows as lines with every column but the last (the message) padded to one width."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1] for row in rows]

@@ -6,6 +6,7 @@ tens of megabytes, not hundreds.  Tags are interned: `tag` indexes `tags`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,3 +38,13 @@ class Points:
             wall_time=np.empty(0, np.float64),
             value=np.empty(0, np.float64),
         )
+
+
+def json_number(x: float) -> float | str:
+    """A value for JSON, which has no NaN or Infinity: those become the strings the JSON
+    inputs accept back ("NaN", "Infinity", "-Infinity")."""
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "Infinity" if x > 0 else "-Infinity"
+    return float(x)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from fastapi import APIRouter, Path, Query, Request
 
 from analyzers.roles import infer_role
 from analyzers.series import current_view
 from app.downsample import minmax_indices
+from app.ingest.points import json_number
 from app.service.auth import READ
 from app.service.errors import ApiError
 from app.service.models import AlertView, Error, RunDetail, RunSummary, SeriesResponse
@@ -58,7 +57,7 @@ def series(
     chosen = minmax_indices(step, value, max_points)
     return SeriesResponse(
         run=run, tag=tag, total=len(step), downsampled=len(chosen) < len(step),
-        points=[(int(s), _json_number(float(v))) for s, v in zip(step[chosen], value[chosen])],
+        points=[(int(s), json_number(float(v))) for s, v in zip(step[chosen], value[chosen])],
     )
 
 
@@ -90,11 +89,3 @@ def _summary(run, counts: dict[str, int]) -> RunSummary:
         source=run.source, name=run.name, points=run.points, last_step=run.last_step, updated_at=run.updated_at,
         open_alerts={s: counts.get(s, 0) for s in ("critical", "warning", "info")},
     )
-
-
-def _json_number(x: float) -> float | str:
-    if math.isnan(x):
-        return "NaN"
-    if math.isinf(x):
-        return "Infinity" if x > 0 else "-Infinity"
-    return x
