@@ -1,60 +1,111 @@
 """The one baseline every detector measures against: what a point was expected to be,
 knowing only the points before it, and how far from it noise and rounding alone can go.
+Every quantity at point k depends on a bounded stretch of points before k only (at most
+`memory(config)` of them), so the same numbers come out of one pass over a run and of a
+stream of appends.
 
-* level: the median of the `window` points before each point, moved along the recent slope
-  when the curve is rising.  A trailing median follows warmup, decay and LR step drops
+* level: the median of the `window` (32) points before each point, moved along the recent
+  slope when the curve is rising.  A trailing median follows warmup, decay and LR step drops
   (lagging on the safe side: above a falling curve); on a rising curve it would lag below,
   so a slow climb would pass for a spike without the slope.  Since it ends before the
   point, a spike never raises its own baseline.
-* sigma: the robust spread of point-to-point differences, per block of points and taken
-  from earlier blocks, so a spike does not widen the band it is measured by.  Differences
-  cancel the trend, so a steep warmup does not pass for noise.
-* quantum: the spacing of representable values near the level (bf16 losses move in steps of
-  0.0078 near 1.5): sigma is never below it, so rounding never raises an alert.
+* center and sigma: the median of the residuals (value - level) over the `noise_window`
+  (128) points before, and 1.4826 x the median absolute deviation from it: the run's own
+  robust spread around its level, lag and minibatch noise included.  Medians of 128 points
+  ignore the few points of an earlier spike; a steep warmup, where the level lags most,
+  widens it (the time the curve is least predictable).  The speedrun 1.5B logs
+  (`ext_speedrun_scaleup_1p5b`) measure the same sigma this way as a centred-median MAD.
+* quantum: the spacing of representable values near the level at the precision the values
+  are stored in (bf16 losses move in steps of 0.0078 near 1.5; the precision is what most of
+  the last `noise_window` values needed): sigma is never below it, so rounding never raises
+  an alert.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import bottleneck as bn
 import numpy as np
 
 # median(|d|) of N(0, 2 s^2) differences is 0.6745 * sqrt(2) * s
 DIFF_MAD_TO_SIGMA = 1.0 / (0.6744897501960817 * np.sqrt(2.0))
+# median(|x - median|) of N(0, s^2) is 0.6745 * s
+MAD_TO_SIGMA = 1.0 / 0.6744897501960817
 
 
 @dataclass(frozen=True)
 class BaselineConfig:
     window: int = 32  # points in the trailing median
     min_points: int = 8  # no baseline before this many points
-    noise_block: int = 32  # points per noise estimate
-    noise_history: int = 4  # earlier blocks whose median sets a block's sigma
+    noise_window: int = 128  # points whose residuals give the center and sigma
 
 
-@dataclass(frozen=True, eq=False)
 class Baseline:
-    level: np.ndarray  # NaN where too few earlier points
-    sigma: np.ndarray
-    quantum: np.ndarray
+    """The baseline of finite `values` (sorted by step).  The level is computed at once;
+    the rest when first asked for (the grad-norm detector needs only the level)."""
+
+    def __init__(self, values: np.ndarray, config: BaselineConfig = BaselineConfig()) -> None:
+        self.values, self.config = values, config
+        self.level = _shift(_rising_median(values, config), len(values))  # NaN where too few earlier points
+
+    @cached_property
+    def quantum(self) -> np.ndarray:
+        return quantum(self.level, precision_bits(self.values, self.config.noise_window))
+
+    @cached_property
+    def center(self) -> np.ndarray:
+        """The typical residual (value - level) just before each point."""
+        return _shift(_move_median(self.values - self.level, self.config.noise_window, self._least), len(self.values))
+
+    @cached_property
+    def sigma(self) -> np.ndarray:
+        """The robust spread of the residuals around the center, never below the quantum.
+        Deviations of exactly zero are skipped: on a coarse grid (a loss rounded to a few
+        digits) most values repeat, and the spread is the grid's step, not zero."""
+        n, window = len(self.values), self.config.noise_window
+        deviation = np.abs(self.values - self.level - self.center)
+        moved = np.where(deviation > 0, deviation, np.nan)
+        spread = _shift(_move_median(moved, window, 1), n) * MAD_TO_SIGMA
+        known = _shift(_move_sum(np.isfinite(deviation).astype(np.float64), window), n) >= self._least
+        return np.where(known, np.fmax(spread, self.quantum), np.nan)
+
+    @property
+    def _least(self) -> int:
+        return 2 * self.config.min_points
 
 
-def mantissa_bits(values: np.ndarray) -> int:
-    """Precision the values were stored at: 7 (bf16), 10 (fp16), 23 (fp32) or 52."""
-    if len(values) == 0:
-        return 52
+def memory(config: BaselineConfig) -> int:
+    """Points before a point that its baseline depends on."""
+    return config.window + 2 * config.noise_window
+
+
+def value_bits(values: np.ndarray) -> np.ndarray:
+    """Mantissa bits each value needs: 7 (bf16), 10 (fp16), 23 (fp32) or 52."""
     as32 = values.astype(np.float32)
-    if not np.array_equal(as32, values):
-        return 52
-    if not np.any(as32.view(np.uint32) & 0xFFFF):
-        return 7
+    exact = as32 == values
+    bits = np.full(len(values), 52, np.int64)
+    bits[exact] = 23
     with np.errstate(over="ignore"):
-        if np.array_equal(as32.astype(np.float16).astype(np.float32), as32):
-            return 10
-    return 23
+        bits[exact & (as32.astype(np.float16).astype(np.float32) == as32)] = 10
+    bits[exact & ((as32.view(np.uint32) & 0xFFFF) == 0)] = 7
+    return bits
 
 
-def quantum(level: np.ndarray, bits: int) -> np.ndarray:
+def precision_bits(values: np.ndarray, window: int) -> np.ndarray:
+    """The precision the values are stored at, at each point: the fewest bits that hold at
+    least half of the last `window` values (a few off-grid values, like a spike's, do not
+    change it)."""
+    bits = value_bits(values)
+    out = np.full(len(values), 52)
+    seen = _move_sum(np.ones(len(values)), window)
+    for b in (23, 10, 7):  # counts of 0/1 are exact, however the stream was cut
+        out[2 * _move_sum((bits <= b).astype(np.float64), window) >= seen] = b
+    return out
+
+
+def quantum(level: np.ndarray, bits: np.ndarray | int) -> np.ndarray:
     """Spacing of representable numbers near `level` at `bits` of mantissa."""
     with np.errstate(divide="ignore", invalid="ignore"):
         exponent = np.floor(np.log2(np.abs(level)))
@@ -64,13 +115,29 @@ def quantum(level: np.ndarray, bits: int) -> np.ndarray:
 
 def trailing_baseline(values: np.ndarray, config: BaselineConfig = BaselineConfig()) -> Baseline:
     """Baseline of finite `values` (sorted by step)."""
-    n = len(values)
-    level = np.full(n, np.nan)
-    if n > 1:
-        level[1:] = _rising_median(values, config)[:-1]
-    q = quantum(level, mantissa_bits(values))
-    sigma = np.maximum(_noise(values, config), q)
-    return Baseline(level=level, sigma=sigma, quantum=q)
+    return Baseline(values, config)
+
+
+def _shift(a: np.ndarray, n: int) -> np.ndarray:
+    """a[k - 1] at k: what was known just before each point."""
+    out = np.full(n, np.nan)
+    out[1:] = a[: n - 1]
+    return out
+
+
+def _move_sum(a: np.ndarray, window: int) -> np.ndarray:
+    """Trailing sum of up to `window` points."""
+    padded = np.concatenate([np.zeros(window), a])
+    return bn.move_sum(padded, window)[window:]
+
+
+def _move_median(a: np.ndarray, window: int, least: int) -> np.ndarray:
+    """Trailing median of `window` points (NaN ones skipped), with at least `least` values;
+    the same numbers however short the array."""
+    if len(a) >= window:
+        return bn.move_median(a, window, min_count=least)
+    padded = np.concatenate([np.full(window - len(a), np.nan), a])
+    return bn.move_median(padded, window, min_count=least)[window - len(a) :]
 
 
 def _rising_median(values: np.ndarray, config: BaselineConfig) -> np.ndarray:
@@ -78,27 +145,9 @@ def _rising_median(values: np.ndarray, config: BaselineConfig) -> np.ndarray:
 
     The slope comes from the medians of the whole window and of its newer half, whose
     centres lie a quarter window apart."""
-    window = min(config.window, len(values))
+    window = config.window
     half = max(window // 2, 1)
-    whole = bn.move_median(values, window, min_count=min(config.min_points, window))
-    newer = bn.move_median(values, half, min_count=min(config.min_points, half))
+    whole = _move_median(values, window, min(config.min_points, window))
+    newer = _move_median(values, half, min(config.min_points, half))
     slope = (newer - whole) / (window / 4)
     return whole + np.clip(slope, 0, None) * ((window - 1) / 2)
-
-
-def _noise(values: np.ndarray, config: BaselineConfig) -> np.ndarray:
-    n = len(values)
-    if n < 3:
-        return np.zeros(n)
-    size = config.noise_block
-    steps = np.abs(np.diff(values, prepend=values[0]))
-    blocks = -(-n // size)
-    padded = np.full(blocks * size, np.nan)
-    padded[:n] = steps
-    padded[0] = np.nan  # the first point has no difference
-    per_block = bn.nanmedian(padded.reshape(blocks, size), axis=1) * DIFF_MAD_TO_SIGMA
-    earlier = np.empty(blocks)
-    earlier[0] = per_block[0]
-    if blocks > 1:
-        earlier[1:] = bn.move_median(per_block, min(config.noise_history, blocks), min_count=1)[:-1]
-    return np.nan_to_num(np.repeat(earlier, size)[:n])

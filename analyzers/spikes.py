@@ -1,64 +1,164 @@
-"""Loss spikes: where they start and peak, and how they end.
+"""Loss spikes: where they start and peak, and how they end; streaming (see
+`analyzers/stream.py`), so a live run hears of a spike a few points after its onset.
 
-A spike starts at the first point far above the baseline: both `min_ratio` times the level
-(1.4: the smallest spike in the public logbooks is IDEFICS' 1.9x, and heavy-tailed batch
-noise of a few percent throws 1.3x blips) and `z` robust sigmas above it, so neither a
-noisy nor a quiet curve fools it; and it must be sudden, most of its height gained within
-`rise_points` points, or it is a climb, which the trend detectors judge.  It ends
-when the loss is back within the noise band of the level it left: the median of the next
-`recovery_window` steps' points (a noisy minibatch loss dips into the band long before its
-mean is back), or with coarse logging `recovery_points` points in a row.  How long that took, in training steps, classifies it:
+**Threshold, calibrated per run.**  Each point's residual over the trailing level, less the
+typical residual, is measured in the run's own robust sigmas (`analyzers/baseline.py`): z.
+A point is a spike's onset when z exceeds
 
-* fast_recovering: back within `fast_steps` (BLOOM-176B's spike came back in ~36 steps);
-* slow_recovering: back within `slow_steps` (IDEFICS-80B took ~200, a 13B run ~500);
-* divergent: not back within `slow_steps`, or settled at a higher level (the 104B run: 14
-  -> 7 and flat), or still rising, or turned non-finite;
-* pending: none of the above can be told yet (a live run).
+    max(z, tail_margin x the tail_quantile of the last tail_blocks maxima of z per
+        tail_block points)
 
-With coarse logging a horizon is never shorter than a few logged points: a spike that is
-one point in a run logging every 500 steps is fast if the next point is back.
+i.e. 1.5x the height the run's own blips reach once every ~5 blocks of 64 points (the
+80th percentile of the last 32 block maxima: 2,048 points), and never below 6 sigmas, which
+Gaussian noise does not reach in a run's lifetime.  A blip a run throws every few hundred
+points sets its own bar: the speedrun 1.5B run (`ext_speedrun_scaleup_1p5b`) throws 6-10
+sigma one-step blips every ~160 steps and is judged against 8-12 sigmas, which still
+catches its 1.6-1.9x spikes; a small regression's minibatch MSE with heavy-tailed targets
+(tests/curves.py `regression_curve`) throws 2-3x blips every few dozen steps and stays
+quiet; a smooth bf16 run (Megatron GPT-3 15B, loss every 5 iterations) keeps the 6-sigma
+floor and its +18% one-point spike stands 15 sigmas out.  Block maxima make the estimate
+robust: one spike moves one block of 32, so a run's rare real spikes do not hide the next.
+There is no ratio floor (a +0.6 nat jump at a 3.9-nat loss is a large event): only
+`min_quanta` representable steps of the stored precision, so a bf16 loss never alerts on
+rounding.  The rise must be sudden, most of its height gained within `rise_points` points,
+or it is a climb, which the trend detectors judge.
+
+**Alert early, then refine.**  A spike whose first `confirm_points` (3) logged points are
+all above its recovery band fires at once as `pending` (warning; critical while the median
+of 3 points in a row stands `far_rise` over the level: 2x, "a loss that jumped and stayed"),
+as does one not back within the fast horizon.  A one-point spike back at the next point is
+not reported until its class is known, and then as fast-recovering (info).
+
+**Recovery and class.**  A spike is back when the loss is within its band (the level plus
+`recovery_z` sigmas of a median, or `recovery_tolerance` of the level): the median of the
+next `recovery_window` steps' points (a noisy minibatch loss dips into the band long before
+its mean is back), or with coarse logging `recovery_points` points in a row.  How long that
+took, in training steps, classifies it, against horizons in the run's own time:
+
+* fast_recovering: back within max(`fast_points` logged points, min(`fast_steps`,
+  `fast_share` of the run's age at the onset)).  BLOOM-176B came back in ~36 steps: fast;
+  the age share keeps a run logged once a day (CPM-Ant) from calling a 14-day recovery fast.
+* slow_recovering: back later, but within the watch horizon (max(`watch_points`,
+  `watch_steps`)): over a finished curve the class is the outcome, so the word-LM spike
+  logged every 200 batches that came back after ~6,000 steps (30 points) is slow.
+* divergent: not back within the slow horizon (max(`slow_points` points, min(`slow_steps`,
+  `slow_share` of the run's age)); IDEFICS-80B took ~200 steps, a 13B run ~500), or
+  settled at a higher level (no progress back over `settle_steps` / `settle_points`: the
+  104B run, 14 -> 7 and flat), still rising, or turned non-finite.  Live, this call stands
+  until the loss comes back within the watch horizon, when it becomes slow_recovering; it is
+  final once the watch horizon has passed.
+* pending: none of the above can be told yet.
+
+Memory is bounded: the state holds the last `memory` points, 32 block maxima and the spikes
+being followed (at most `MAX_FOLLOWED`), whatever the run's length.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import bottleneck as bn
 import numpy as np
 
-from analyzers.baseline import DIFF_MAD_TO_SIGMA, Baseline, BaselineConfig, trailing_baseline
+from analyzers.baseline import Baseline, BaselineConfig, memory, trailing_baseline
 from analyzers.findings import Finding, Kind, Severity, SpikeClass
 from analyzers.series import Series
+from analyzers.stream import StreamState
+
+MAX_FOLLOWED = 16  # spikes followed at once; past that the oldest is final as divergent
+_NEVER = 2**62  # an index no run reaches
 
 
 @dataclass(frozen=True)
 class SpikeConfig:
-    min_ratio: float = 1.4  # peak at least 40% above the level ...
-    z: float = 6.0  # ... and 6 robust sigmas above it
+    z: float = 6.0  # never below 6 robust sigmas ...
+    tail_margin: float = 1.5  # ... nor below 1.5x the blips the run throws ...
+    tail_quantile: float = 0.8  # ... once every 5 blocks ...
+    tail_block: int = 64  # ... of 64 points ...
+    tail_blocks: int = 32  # ... over the last 32 blocks
+    min_quanta: float = 2.0  # at least 2 representable steps above the level (bf16 rounding)
+    rise_points: int = 5  # a spike gains most of its height within this many points; slower is a trend
+    confirm_points: int = 3  # still above the band at its 3rd point: fires as pending
+    far_rise: float = 1.0  # pending is critical while 3 points in a row stand 2x the level
     recovery_z: float = 3.0  # back within 3 sigmas of the pre-spike level ...
     recovery_tolerance: float = 0.05  # ... or within 5% of it
     recovery_window: int = 25  # steps whose median must be back (at most this many points)
     recovery_points: int = 2  # coarse logging: that many points in a row
     fast_steps: int = 100
+    fast_points: int = 2
     slow_steps: int = 1000
+    slow_points: int = 10
+    slow_share: float = 0.01  # of the run's age at the onset
+    watch_steps: int = 10000  # a divergent call stands if not back within this
+    watch_points: int = 100
+    watch_share: float = 0.1
     settle_steps: int = 300  # no progress back over this long: settled higher
-    min_points_per_horizon: int = 2  # coarse logging: a horizon spans at least this many points
-    rise_points: int = 5  # a spike gains most of its height within this many points; slower is a trend
+    settle_points: int = 10
     baseline: BaselineConfig = BaselineConfig()
 
 
 @dataclass(frozen=True)
-class Spike:
-    """Indices into the series' finite points, and how the spike ended."""
+class Followed(StreamState):
+    """One spike being followed.  Indices count the tag's finite points from the first."""
 
     onset: int
-    peak: int
-    recovery: int | None
+    onset_step: int
     level: float
     sigma: float
-    classification: SpikeClass
-    why: str  # for divergent and pending: what was seen
-    resume: int  # where to look for the next spike
+    band: float  # back when at or below this
+    z: float
+    threshold: float
+    interval: int
+    width: int  # recovery: median of `width` points; 1: `recovery_points` in a row
+    fast: int  # horizons, in steps
+    slow: int
+    watch: int
+    settle: int  # points
+    searched: int  # first index not yet tried as the start of the recovery
+    summed: int  # first index not yet in `area` and the peak
+    area: float  # excess over the level x steps since the point before, over [onset, summed)
+    peak: int
+    peak_step: int
+    peak_value: float
+    seen: int  # last index the live calls were made at
+    seen_step: int
+    top_value: float  # the highest value up to `seen`
+    alerted: bool
+    critical: bool
+    why: str  # why it was called divergent; "" until it is
+    nonfinite_step: int | None
+    recovered: bool
+    climb: bool  # kept climbing past its rise before it was reported: a trend, followed but never reported
+    end: int | None  # last index it spans, once final
+    end_step: int | None
+
+
+@dataclass(frozen=True)
+class SpikeState(StreamState):
+    tag: str
+    count: int  # finite points fed
+    first_step: int | None
+    steps: np.ndarray  # the last `memory` finite points
+    values: np.ndarray
+    tail: np.ndarray  # maxima of z of the last complete tail blocks, oldest first
+    block_max: float  # max z so far in the current tail block
+    resume: int  # the next onset is at this index or later ...
+    resume_step: int  # ... or past this step (the newest spike's slow horizon)
+    followed: tuple[Followed, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class _Window:
+    """The points a feed works on: the state's last points, then the new finite ones."""
+
+    step: np.ndarray
+    value: np.ndarray
+    first: int  # index of step[0]
+    new: int  # position of the first new point
+    bad: np.ndarray  # steps of the non-finite points fed
+
+    def at(self, index: int) -> int:
+        return index - self.first
 
 
 _SEVERITY = {
@@ -72,164 +172,369 @@ _SEVERITY = {
 class LossSpikeDetector:
     def __init__(self, config: SpikeConfig = SpikeConfig()) -> None:
         self.config = config
+        c = config
+        settle = max(c.settle_steps, c.settle_points)
+        self.memory = max(memory(c.baseline), settle + 1, c.recovery_window + c.recovery_points, c.rise_points + 1)
 
     def detect(self, series: Series) -> list[Finding]:
-        return [self._finding(series, spike) for spike in self.spikes(series)]
+        """Every spike of one tag's current view: one feed of all of it."""
+        _, closed, still = self.feed(self.start(series.tag), series.step, series.value)
+        return sorted(closed + still, key=lambda f: f.start_step)
 
-    def spikes(self, series: Series) -> list[Spike]:
-        """Every spike of a series, in step order."""
+    def start(self, tag: str = "") -> SpikeState:
+        nothing = np.zeros(0)
+        return SpikeState(tag, 0, None, np.zeros(0, np.int64), nothing, nothing, -np.inf, 0, -1, ())
+
+    def feed(self, state: SpikeState, step: np.ndarray, value: np.ndarray) -> tuple[SpikeState, list[Finding], list[Finding]]:
+        """The next points of the tag (sorted by step, after those fed before): the new
+        state, the findings now final, and those still open."""
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            return self._feed(state, np.asarray(step, np.int64), np.asarray(value, np.float64))
+
+    def _feed(self, state: SpikeState, step: np.ndarray, value: np.ndarray) -> tuple[SpikeState, list[Finding], list[Finding]]:
         c = self.config
-        v = series.fvalue
-        if len(v) < c.baseline.min_points + 1:
-            return []
-        base = trailing_baseline(v, c.baseline)
-        threshold = base.level + np.maximum(c.z * base.sigma, (c.min_ratio - 1) * np.abs(base.level))
-        with np.errstate(invalid="ignore"):
-            candidates = np.flatnonzero((v > threshold) & self._sudden(v, base.level))
-        found: list[Spike] = []
-        resume_at = 0
-        for onset in candidates:
-            if onset < resume_at:
-                continue
-            spike = self._follow(series, base, int(onset))
-            found.append(spike)
-            resume_at = spike.resume
-        return found
+        finite = np.isfinite(value)
+        w = _Window(
+            np.concatenate([state.steps, step[finite]]),
+            np.concatenate([state.values, value[finite]]),
+            state.count - len(state.steps),
+            len(state.steps),
+            step[~finite],
+        )
+        first_step = state.first_step if state.first_step is not None or not len(step) else int(step[0])
+        base = trailing_baseline(w.value, c.baseline)
+        z = (w.value - base.level) / base.sigma
+        threshold, tail, block_max = self._thresholds(state, z[w.new :])
 
-    def _sudden(self, v: np.ndarray, level: np.ndarray) -> np.ndarray:
-        """Points that gained at least half their height over the level within the last
-        `rise_points` points: what tells a spike from a slow climb."""
-        k = self.config.rise_points
-        lowest = bn.move_min(v, k + 1, min_count=1)
-        with np.errstate(invalid="ignore"):
-            return v - lowest >= 0.5 * (v - level)
+        closed: list[Followed] = []
+        followed: list[Followed] = []
+        resume, resume_step = state.resume, state.resume_step
+        for spike in state.followed:
+            spike = self._advance(spike, w)
+            (closed if spike.end is not None else followed).append(spike)
+            if spike.recovered and spike.onset_step + spike.slow == resume_step:  # the newest spike is back
+                resume = min(resume, spike.end or 0)
+        onsets = self._onsets(w, base, z, threshold)
+        steps = w.step[onsets - w.first]
+        while len(onsets):
+            # the next onset after where the newest spike came back, or past its slow horizon
+            k = min(int(np.searchsorted(onsets, resume)), int(np.searchsorted(steps, resume_step, side="right")))
+            if k >= len(onsets):
+                break
+            spike = self._advance(self._begin(w, base, int(onsets[k]), z, threshold, first_step), w)
+            (closed if spike.end is not None else followed).append(spike)
+            if len(followed) > MAX_FOLLOWED:
+                closed.append(self._give_up(followed.pop(0), w))
+            resume = spike.end if spike.recovered and spike.end is not None else _NEVER
+            resume_step = spike.onset_step + spike.slow
+            onsets, steps = onsets[k + 1 :], steps[k + 1 :]
+        new_state = SpikeState(
+            tag=state.tag,
+            count=state.count + int(finite.sum()),
+            first_step=first_step,
+            steps=w.step[-self.memory :].copy(),
+            values=w.value[-self.memory :].copy(),
+            tail=tail,
+            block_max=block_max,
+            resume=int(resume),
+            resume_step=int(resume_step),
+            followed=tuple(followed),
+        )
+        done = [self._finding(state.tag, s, w) for s in closed if not s.climb]
+        still = [self._finding(state.tag, s, w) for s in followed if s.alerted and not s.climb]
+        return new_state, done, still
 
-    def _follow(self, series: Series, base: Baseline, onset: int) -> Spike:
-        """Track one spike from its onset to its recovery (or the end of the data)."""
+    # -- onsets -------------------------------------------------------------------------
+
+    def _thresholds(self, state: SpikeState, z: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+        """The threshold of each new point, from the maxima of the `tail_blocks` complete
+        tail blocks before its own; and the block maxima to keep."""
         c = self.config
-        v, s = series.fvalue, series.fstep
-        level, sigma = float(base.level[onset]), float(base.sigma[onset])
-        width = max(1, min(c.recovery_window, c.recovery_window // series.interval))
+        size, kept = c.tail_block, c.tail_blocks
+        if not len(z):
+            return np.zeros(0), state.tail, state.block_max
+        block = (state.count + np.arange(len(z))) // size
+        first = int(block[0])
+        starts = np.flatnonzero(np.diff(block, prepend=first - 1))
+        peaks = np.maximum.reduceat(np.where(np.isnan(z), -np.inf, z), starts)
+        peaks[0] = max(peaks[0], state.block_max)
+        done = (state.count + len(z)) // size - first  # blocks of this feed now complete
+        history = np.concatenate([state.tail, np.where(np.isfinite(peaks[:done]), peaks[:done], 0.0)])
+        # block first + k is judged by the `kept` complete blocks before it (fewer in the
+        # run's first blocks): padded[ends[k] : ends[k] + kept]
+        padded = np.concatenate([np.full(kept, np.nan), history])
+        ends = len(state.tail) + np.arange(len(peaks))
+        windows = np.lib.stride_tricks.sliding_window_view(padded, kept)[ends]
+        bar = np.maximum(c.z, c.tail_margin * _percentile(windows, c.tail_quantile))
+        block_max = float(peaks[-1]) if done < len(peaks) else -np.inf
+        return bar[block - first], history[-kept:].copy(), block_max
+
+    def _onsets(self, w: _Window, base: Baseline, z: np.ndarray, threshold: np.ndarray) -> np.ndarray:
+        """Indices of the new points that could start a spike: far enough above the level
+        (in sigmas and in representable steps), and sudden."""
+        c = self.config
+        v = w.value[w.new :]
+        if not len(v):
+            return np.zeros(0, np.int64)
+        excess = v - base.level[w.new :]
+        lowest = _move_min(w.value, c.rise_points + 1)[w.new :]
+        sudden = v - lowest >= 0.5 * excess  # gained at least half its height within rise_points
+        hit = (z[w.new :] > threshold) & sudden & (excess > c.min_quanta * base.quantum[w.new :])
+        return w.first + w.new + np.flatnonzero(hit)
+
+    def _begin(self, w: _Window, base: Baseline, onset: int, z: np.ndarray, threshold: np.ndarray, first_step: int | None) -> Followed:
+        """A spike at `onset`: its level, band and horizons in the run's own time."""
+        c = self.config
+        i = w.at(onset)
+        s = w.step
+        gaps = np.diff(s[max(0, i - c.baseline.window) : i + 1])
+        interval = max(1, int(np.median(gaps))) if len(gaps) else 1
+        age = int(s[i]) - (first_step if first_step is not None else int(s[i]))
+        level, sigma = float(base.level[i]), float(base.sigma[i])
+        width = max(1, min(c.recovery_window, c.recovery_window // interval))
         # the noise of a median of `width` points is sigma * sqrt(pi / 2 / width)
         spread = c.recovery_z * sigma * np.sqrt(np.pi / 2 / width)
-        band = level + max(spread, c.recovery_tolerance * abs(level), 2 * float(base.quantum[onset]))
-        slow_horizon = self._horizon(c.slow_steps, series.interval)
-        end = int(np.searchsorted(s, s[onset] + slow_horizon, side="right"))
-        back = _first_back(v[onset + 1 : end + width - 1], band, width, c.recovery_points)
-        if back is not None and onset + 1 + back < end:
-            recovery = onset + 1 + back
-            peak = onset + int(np.argmax(v[onset:recovery]))
-            fast = s[recovery] - s[onset] <= self._horizon(c.fast_steps, series.interval)
-            kind = SpikeClass.FAST_RECOVERING if fast else SpikeClass.SLOW_RECOVERING
-            return Spike(onset, peak, recovery, level, sigma, kind, "", recovery)
-        peak = onset + int(np.argmax(v[onset:end]))
-        kind, why = self._unrecovered(series, onset, peak, end, band)
-        # past the horizon the trailing level has moved to wherever the loss went
-        return Spike(onset, peak, None, level, sigma, kind, why, end)
-
-    def _unrecovered(self, series: Series, onset: int, peak: int, end: int, band: float) -> tuple[SpikeClass, str]:
-        c = self.config
-        v, s = series.fvalue, series.fstep
-        after = series.step[~series.finite]
-        if np.any(after >= s[onset]):
-            return SpikeClass.DIVERGENT, f"turned non-finite at step {int(after[after >= s[onset]][0])}"
-        if end < len(s):
-            return SpikeClass.DIVERGENT, f"not back within {c.slow_steps} steps"
-        settle = self._horizon(c.settle_steps, series.interval)
-        if s[-1] - s[peak] < settle:
-            return SpikeClass.PENDING, "too few steps since the peak to tell yet"
-        recent = v[np.searchsorted(s, s[-1] - settle) :]
-        half = max(len(recent) // 2, 1)
-        earlier, later = float(np.median(recent[:half])), float(np.median(recent[half:]))
-        progress, remaining = earlier - later, later - band
-        # 3 sd of the difference of two medians of `half` points
-        spread = float(np.median(np.abs(np.diff(recent)))) * DIFF_MAD_TO_SIGMA if len(recent) > 2 else 0.0
-        noise = 3 * spread * np.sqrt(np.pi / half)
-        if remaining > 0 and progress < -noise:
-            return SpikeClass.DIVERGENT, "still rising"
-        # at the pace of the last `settle` steps, would it be back before the slow horizon?
-        left = max(self._horizon(c.slow_steps, series.interval) - (s[-1] - s[onset]), settle)
-        if remaining > 0 and progress + noise < remaining * settle / left:
-            return SpikeClass.DIVERGENT, f"settled at {later:.4g}, above the {band:.4g} it left"
-        return SpikeClass.PENDING, "coming down, not back yet"
-
-    def _horizon(self, steps: int, interval: int) -> int:
-        return max(steps, self.config.min_points_per_horizon * interval)
-
-    def _finding(self, series: Series, spike: Spike) -> Finding:
-        v, s = series.fvalue, series.fstep
-        onset, peak = int(s[spike.onset]), int(s[spike.peak])
-        peak_value = float(v[spike.peak])
-        ratio = peak_value / spike.level if spike.level > 0 else None
-        end = spike.recovery if spike.recovery is not None else len(v) - 1
-        recovery_steps = int(s[spike.recovery]) - onset if spike.recovery is not None else None
-        area = float(np.sum(np.clip(v[spike.onset : end + 1] - spike.level, 0, None) * _gaps(s, spike.onset, end)))
-        return Finding(
-            kind=Kind.LOSS_SPIKE,
-            tag=series.tag,
-            severity=_SEVERITY[spike.classification],
-            start_step=onset,
-            peak_step=peak,
-            end_step=int(s[spike.recovery]) if spike.recovery is not None else None,
-            recovery_steps=recovery_steps,
-            peak_value=peak_value,
-            baseline=spike.level,
-            ratio=ratio,
-            classification=spike.classification,
-            ongoing=spike.recovery is None,
-            message=_message(series.tag, spike, onset, peak_value, ratio, recovery_steps),
-            remediation=_remediation(spike.classification, onset),
-            evidence={
-                "sigma": spike.sigma,
-                "excess_area": area,
-                "points": int(end - spike.onset + 1),
-                "rise": "instant" if spike.peak - spike.onset <= 2 else "gradual",
-                "interval": series.interval,
-                **({"outcome": spike.why} if spike.why else {}),
-            },
+        band = level + max(spread, c.recovery_tolerance * abs(level), 2 * float(base.quantum[i]))
+        fast = max(c.fast_points * interval, c.fast_steps)
+        slow = max(fast, c.slow_points * interval, c.slow_steps, int(c.slow_share * age))
+        watch = max(slow, c.watch_points * interval, c.watch_steps, int(c.watch_share * age))
+        return Followed(
+            onset=onset, onset_step=int(s[i]), level=level, sigma=sigma, band=band, z=float(z[i]),
+            threshold=float(threshold[i - w.new]), interval=interval, width=width, fast=fast, slow=slow,
+            watch=watch, settle=max(c.settle_points, c.settle_steps // interval), searched=onset + 1, summed=onset,
+            area=0.0, peak=onset, peak_step=int(s[i]), peak_value=float(w.value[i]), seen=onset - 1,
+            seen_step=int(s[i]), top_value=float(w.value[i]), alerted=False, critical=False, why="", nonfinite_step=None, recovered=False,
+            climb=False, end=None, end_step=None,
         )
 
+    # -- following a spike ---------------------------------------------------------------
 
-def _first_back(after: np.ndarray, band: float, width: int, points: int) -> int | None:
-    """First index from which the loss is back in the band: the median of `width` points
-    from there, or (width 1, coarse logging) `points` points in a row."""
-    if width == 1:
-        return _first_run(after <= band, points)
-    if len(after) < width:
-        return None
-    ahead = bn.move_median(after, width)[width - 1 :]  # ahead[j] = median(after[j : j + width])
-    hits = np.flatnonzero(ahead <= band)
-    return int(hits[0]) + width // 2 if len(hits) else None  # where that median stands
+    def _advance(self, spike: Followed, w: _Window) -> Followed:
+        """Follow a spike over the points of a feed: non-finite values, the recovery,
+        whether it is final, and the live calls up to where it ends."""
+        if spike.nonfinite_step is None:
+            later = w.bad[w.bad > spike.onset_step]
+            if len(later):
+                spike = replace(spike, nonfinite_step=int(later[0]), why=spike.why or f"turned non-finite at step {int(later[0])}")
+        spike = self._search(spike, w)
+        return self._live_calls(spike, w, w.at(spike.end) if spike.end is not None else len(w.value) - 1)
+
+    def _search(self, spike: Followed, w: _Window) -> Followed:
+        """Try the recovery starts whose window is now complete: the first back within the
+        watch horizon (and before any non-finite value) is the recovery; once none can be,
+        the spike is final as divergent.  Tried in growing pieces, so a spike that is soon
+        back costs only the points it spans."""
+        c = self.config
+        s, v = w.step, w.value
+        span = spike.width if spike.width > 1 else c.recovery_points
+        lead = spike.width // 2 if spike.width > 1 else 0  # where a median's window stands
+        limit = spike.onset_step + spike.watch
+        if spike.nonfinite_step is not None:
+            limit = min(limit, spike.nonfinite_step - 1)
+        a, last = w.at(spike.searched), len(v) - span  # window starts to try
+        piece = 64
+        while a <= last:
+            b = min(last, a + piece - 1)
+            tried = v[a : b + span]
+            if spike.width > 1:
+                back = bn.move_median(tried, span)[span - 1 :] <= spike.band
+            else:
+                back = bn.move_max(tried, span)[span - 1 :] <= spike.band
+            where = np.arange(a, b + 1) + lead
+            valid = s[where] <= limit
+            hits = np.flatnonzero(back & valid)
+            beyond = np.flatnonzero(~valid)
+            if len(hits) and (not len(beyond) or hits[0] < beyond[0]):
+                end = int(where[hits[0]])
+                return replace(self._sum(spike, w, end + 1), recovered=True, end=w.first + end, end_step=int(s[end]))
+            if len(beyond):
+                end = max(int(np.searchsorted(s, limit, side="right")) - 1, w.at(spike.summed) - 1)
+                why = spike.why if spike.nonfinite_step is not None else f"not back within {spike.watch} steps"
+                return replace(self._sum(spike, w, end + 1), why=why, end=w.first + end, end_step=int(s[end]))
+            spike = self._sum(replace(spike, searched=w.first + b + 1), w, min(b + 1 + lead, len(v)))
+            a, piece = b + 1, piece * 4
+        return spike
+
+    def _give_up(self, spike: Followed, w: _Window) -> Followed:
+        """Final as divergent without an outcome: too many later spikes are followed."""
+        end = len(w.value) - 1
+        why = spike.why or f"not back within {spike.slow} steps"
+        return replace(self._sum(spike, w, end + 1), why=why, end=w.first + end, end_step=int(w.step[end]))
+
+    def _sum(self, spike: Followed, w: _Window, upto: int) -> Followed:
+        """Take the points before position `upto` of the window into the area and peak."""
+        a = w.at(spike.summed)
+        if upto <= a:
+            return spike
+        area, k, top = _excess(spike, w, a, upto)
+        if top > spike.peak_value:
+            spike = replace(spike, peak=w.first + k, peak_step=int(w.step[k]), peak_value=top)
+        return replace(spike, summed=w.first + upto, area=area)
+
+    def _live_calls(self, spike: Followed, w: _Window, last: int) -> Followed:
+        """What a live run is told at each new point up to position `last`: alerted (still
+        above the band at its `confirm_points`-th point, or not back within the fast
+        horizon once its rise is over), critical (the median of `confirm_points` points in a
+        row `far_rise` over the level), divergent (still rising, or settled higher at a pace
+        that would not bring it back within the slow horizon).  One that is not yet reported
+        and makes new highs past its rise (`rise_points` points and the fast horizon) is a
+        climb, which the trend detectors judge: it is dropped there."""
+        c = self.config
+        s, v = w.step, w.value
+        o, first = w.at(spike.onset), max(w.at(spike.seen) + 1, w.at(spike.onset))
+        if last < first or spike.climb:
+            return spike
+        n = c.confirm_points
+        critical = spike.critical
+        if not critical and last >= o + n - 1:
+            lo = max(first, o + n - 1)
+            medians = bn.move_median(v[lo - n + 1 : last + 1], n)[n - 1 :]
+            critical = bool(np.any(medians >= spike.level + c.far_rise * abs(spike.level)))
+        points = np.arange(first, last + 1)
+        part = v[first : last + 1]
+        before = np.maximum.accumulate(np.concatenate([[spike.top_value], part]))[:-1]  # highest before each
+        top_value = max(spike.top_value, float(part.max()))
+        why = spike.why or self._settled(spike, w, first, last)
+        if not spike.alerted:
+            over = (points - o > c.rise_points) & (s[first : last + 1] - spike.onset_step > spike.fast)
+            confirmed = (points == o + n - 1) & bool(o + n - 1 <= last and np.all(v[o : o + n] > spike.band))
+            climbs = np.flatnonzero(over & (part > before + spike.sigma))
+            alerts = np.flatnonzero(confirmed | over)
+            if len(climbs) and (not len(alerts) or climbs[0] <= alerts[0]):
+                return replace(spike, climb=True)
+            alerted = bool(len(alerts)) or bool(why)
+        else:
+            alerted = True
+        return replace(
+            spike, alerted=alerted, critical=critical, why=why, seen=w.first + last, seen_step=int(s[last]),
+            top_value=top_value,
+        )
+
+    def _settled(self, spike: Followed, w: _Window, first: int, last: int) -> str:
+        """Why the spike is divergent at the first new point where it shows, or "": the
+        median of the last `settle` points' newer half is above the band and higher than
+        the older half's (still rising), or has come down too little to be back by the slow
+        horizon at that pace (settled)."""
+        s, v = w.step, w.value
+        half = max(spike.settle // 2, 1)
+        o = w.at(spike.onset)
+        at = np.arange(max(first, o + 2 * half), last + 1)  # both halves after the onset
+        if not len(at):
+            return ""
+        lo = at[0] - 2 * half + 1
+        medians = bn.move_median(v[lo : last + 1], half)  # medians[k]: v[lo + k - half + 1 : lo + k + 1]
+        later, earlier = medians[at - lo], medians[at - lo - half]
+        remaining = later - spike.band
+        progress = earlier - later
+        noise = 3 * spike.sigma * np.sqrt(np.pi / half)  # 3 sd of the difference of two medians of `half` points
+        left = np.maximum(spike.slow - (s[at] - spike.onset_step), half * spike.interval)
+        rising = (remaining > 0) & (progress < -noise)
+        settled = (remaining > 0) & (progress + noise < remaining * (half * spike.interval) / left)
+        hits = np.flatnonzero(rising | settled)
+        if not len(hits):
+            return ""
+        k = int(hits[0])
+        return "still rising" if rising[k] else f"settled at {later[k]:.4g}, above the {spike.band:.4g} it left"
+
+    # -- findings ------------------------------------------------------------------------
+
+    def _finding(self, tag: str, spike: Followed, w: _Window) -> Finding:
+        """The finding of a spike, final or as it stands at the last point."""
+        if spike.end is None:  # open: up to the last point
+            last = len(w.value)
+            area, k, top = _excess(spike, w, w.at(spike.summed), last)
+            spike = replace(spike, area=area, end_step=None)
+            if top > spike.peak_value:
+                spike = replace(spike, peak=w.first + k, peak_step=int(w.step[k]), peak_value=top)
+            end = w.first + last - 1
+        else:
+            end = spike.end
+        if spike.recovered:
+            recovery: int | None = int(spike.end_step or 0) - spike.onset_step
+            kind = SpikeClass.FAST_RECOVERING if (recovery or 0) <= spike.fast else SpikeClass.SLOW_RECOVERING
+            why = ""
+        else:
+            recovery = None
+            past = spike.seen_step - spike.onset_step > spike.slow
+            why = spike.why or (f"not back within {spike.slow} steps" if past else "")
+            kind = SpikeClass.DIVERGENT if why else SpikeClass.PENDING
+        severity = Severity.CRITICAL if kind is SpikeClass.PENDING and spike.critical else _SEVERITY[kind]
+        ratio = spike.peak_value / spike.level if spike.level > 0 else None
+        finding = Finding(
+            kind=Kind.LOSS_SPIKE,
+            tag=tag,
+            severity=severity,
+            start_step=spike.onset_step,
+            peak_step=spike.peak_step,
+            end_step=spike.end_step if spike.recovered else None,
+            recovery_steps=recovery,
+            peak_value=spike.peak_value,
+            baseline=spike.level,
+            ratio=ratio,
+            classification=kind,
+            ongoing=not spike.recovered,
+            message="",
+            remediation=_remediation(kind, spike.onset_step),
+            evidence={
+                "sigma": spike.sigma,
+                "z": spike.z,
+                "threshold": spike.threshold,
+                "excess_area": spike.area,
+                "points": int(end - spike.onset + 1),
+                "rise": "instant" if spike.peak - spike.onset <= 2 else "gradual",
+                "interval": spike.interval,
+                "fast_steps": spike.fast,
+                "slow_steps": spike.slow,
+                **({"outcome": why} if why else {}),
+            },
+        )
+        return replace(finding, message=_message(finding, why))
 
 
-def _first_run(mask: np.ndarray, length: int) -> int | None:
-    """Index of the first run of `length` True values in `mask`."""
-    if length <= 1:
-        hits = np.flatnonzero(mask)
-        return int(hits[0]) if len(hits) else None
-    if len(mask) < length:
-        return None
-    window = np.convolve(mask.astype(np.int32), np.ones(length, np.int32), mode="valid")
-    hits = np.flatnonzero(window == length)
-    return int(hits[0]) if len(hits) else None
+def _percentile(rows: np.ndarray, q: float) -> np.ndarray:
+    """The q-quantile of each row's values (NaN: absent), interpolated as np.percentile
+    does; -inf for a row with none."""
+    ordered = np.sort(rows, axis=1)  # NaN last
+    count = np.sum(~np.isnan(rows), axis=1)
+    at = q * np.maximum(count - 1, 0)
+    lo = np.floor(at).astype(np.int64)
+    hi = np.minimum(lo + 1, np.maximum(count - 1, 0))
+    below = np.take_along_axis(ordered, lo[:, None], axis=1)[:, 0]
+    above = np.take_along_axis(ordered, hi[:, None], axis=1)[:, 0]
+    return np.where(count > 0, below + (above - below) * (at - lo), -np.inf)
 
 
-def _gaps(steps: np.ndarray, first: int, last: int) -> np.ndarray:
-    """Steps each point stands for, so that area is in loss x steps whatever the logging."""
-    span = steps[first : last + 2]
-    gaps = np.diff(span).astype(float)
-    return gaps if len(gaps) == last - first + 1 else np.append(gaps, gaps[-1] if len(gaps) else 1.0)
+def _move_min(a: np.ndarray, window: int) -> np.ndarray:
+    """Lowest of the last `window` points (fewer at the start)."""
+    padded = np.concatenate([np.full(window, np.inf), a])
+    return bn.move_min(padded, window, min_count=1)[window:]
 
 
-def _message(tag: str, spike: Spike, onset: int, peak_value: float, ratio: float | None, recovery: int | None) -> str:
-    size = f"{ratio:.2g}x baseline" if ratio is not None else f"{peak_value - spike.level:+.3g} over baseline"
-    head = f"{tag} spiked at step {onset}: {spike.level:.4g} -> {peak_value:.4g} ({size})"
-    if spike.classification is SpikeClass.FAST_RECOVERING:
-        return f"{head}, back in {recovery} steps (fast-recovering)"
-    if spike.classification is SpikeClass.SLOW_RECOVERING:
-        return f"{head}, back only after {recovery} steps (slow-recovering)"
-    if spike.classification is SpikeClass.DIVERGENT:
-        return f"{head} and did not recover: {spike.why} (divergent)"
+def _excess(spike: Followed, w: _Window, a: int, upto: int) -> tuple[float, int, float]:
+    """The area with the points at positions [a, upto) added (each point's excess over the
+    level times the steps since the point before, summed in order, so that the same sum
+    comes out however the points were fed), and the highest of them (position, value)."""
+    if upto <= a:
+        return spike.area, 0, -np.inf
+    s, v = w.step, w.value
+    part = v[a:upto]
+    since = np.diff(s[a - 1 : upto]) if a > 0 else np.concatenate([[spike.interval], np.diff(s[a:upto])])
+    excess = np.clip(part - spike.level, 0, None) * since
+    area = float(np.add.accumulate(np.concatenate([[spike.area], excess]))[-1])
+    k = int(np.argmax(part))
+    return area, a + k, float(part[k])
+
+
+def _message(f: Finding, why: str) -> str:
+    level, peak = f.baseline or 0.0, f.peak_value or 0.0
+    size = f"{f.ratio:.2g}x baseline" if f.ratio is not None else f"{peak - level:+.3g} over baseline"
+    head = f"{f.tag} spiked at step {f.start_step}: {level:.4g} -> {peak:.4g} ({size})"
+    if f.classification is SpikeClass.FAST_RECOVERING:
+        return f"{head}, back in {f.recovery_steps} steps (fast-recovering)"
+    if f.classification is SpikeClass.SLOW_RECOVERING:
+        return f"{head}, back only after {f.recovery_steps} steps (slow-recovering)"
+    if f.classification is SpikeClass.DIVERGENT:
+        return f"{head} and did not recover: {why} (divergent)"
     return f"{head}; not back yet (pending)"
 
 

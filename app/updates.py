@@ -14,7 +14,7 @@ import numpy as np
 from sqlalchemy.engine import Connection
 
 from analyzers.config import AnalysisConfig
-from app.alerts.lifecycle import Change, Event, evaluate
+from app.alerts.lifecycle import Event, evaluate
 from app.analysis import Alert, analyze_writes
 from app.ingest.logdir import RunState
 from app.ingest.points import Points
@@ -75,16 +75,14 @@ def assess(conn: Connection, run: StoredRun, config: AnalysisConfig) -> Assessme
 
 def apply(conn: Connection, run: StoredRun, assessment: Assessment, webhooks: Sequence[str], now: float) -> list[Reported]:
     """Move the run's alerts along by an assessment and queue their deliveries (not for
-    silenced alerts); returns the changes worth reporting (all but starting to wait in
-    pending).  `run` is the locked row.  An assessment older than the last one applied is
+    silenced alerts); returns the changes to report.  `run` is the locked row.  An assessment older than the last one applied is
     dropped (two analyses of a run can finish out of order); one that missed points stored
     since leaves the run waiting for the next analysis."""
     if run.analyzed_points is not None and assessment.points < run.analyzed_points:
         return []
     records, events = evaluate(stored_alerts.load_alerts(conn, run.id), assessment.current, assessment.last_step, now)
     stored_alerts.save_alerts(conn, run.id, records)
-    ids = stored_alerts.add_events(conn, events, now)
-    reported = [(i, e) for i, e in zip(ids, events) if e.change is not Change.PENDING]
+    reported = list(zip(stored_alerts.add_events(conn, events, now), events))
     quiet = stored_alerts.silenced_ids(conn, [e.record.id for _, e in reported])
     stored_alerts.enqueue(conn, [i for i, e in reported if e.record.id not in quiet], list(webhooks), now)
     done = {"analyzed_at": now, "analyzed_points": assessment.points}

@@ -3,6 +3,8 @@ the same states and the same changes."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from analyzers.findings import Finding, Kind, Severity, SpikeClass
 from app.alerts.lifecycle import Change, State, evaluate
 from app.analysis import Alert, fingerprint
@@ -38,17 +40,33 @@ def run_through(*states: list[Alert], steps=None):
     return stored, out
 
 
-def test_a_pending_spike_waits_then_fires_once_classified_and_resolves_once():
+def test_a_pending_spike_fires_at_once_then_moves_along_by_updates_and_resolves_once():
     stored, changes = run_through(
-        [spike(SpikeClass.PENDING)], [spike(SpikeClass.PENDING)],
+        [spike(SpikeClass.PENDING)], [spike(SpikeClass.PENDING)], [spike(SpikeClass.DIVERGENT)],
         [spike(SpikeClass.SLOW_RECOVERING, end=400)], [spike(SpikeClass.SLOW_RECOVERING, end=400)],
     )
     assert changes == [
-        [(Change.PENDING, "pending")], [],
-        [(Change.FIRING, "slow_recovering"), (Change.RESOLVED, "slow_recovering")], [],
+        [(Change.FIRING, "pending")], [], [(Change.UPDATED, "divergent")], [(Change.RESOLVED, "slow_recovering")], [],
     ]
     [record] = stored.values()
     assert record.state is State.RESOLVED and record.since_step == 400
+
+
+def test_a_pending_spike_fires_as_a_warning_and_a_far_one_as_critical():
+    records, events = evaluate({}, [spike(SpikeClass.PENDING)], 1000, 0.0)
+    assert [(e.change, e.record.severity, e.step) for e in events] == [(Change.FIRING, "warning", 1000)]
+    assert records[0].state is State.FIRING
+    far = spike(SpikeClass.PENDING)
+    far = Alert(far.id, far.source, far.run, replace(far.finding, severity=Severity.CRITICAL))
+    _, changes = run_through([spike(SpikeClass.PENDING)], [far])
+    assert changes == [[(Change.FIRING, "pending")], [(Change.UPDATED, "pending")]]
+
+
+def test_an_alert_stored_pending_by_an_earlier_version_fires():
+    records, _ = evaluate({}, [spike(SpikeClass.PENDING)], 1000, 0.0)
+    old = replace(records[0], state=State.PENDING)
+    _, events = evaluate({old.id: old}, [spike(SpikeClass.PENDING)], 1010, 1.0)
+    assert [(e.change, e.record.state) for e in events] == [(Change.FIRING, State.FIRING)]
 
 
 def test_a_class_change_updates_the_same_alert():

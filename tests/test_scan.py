@@ -65,16 +65,23 @@ def test_scans_read_only_what_is_new_and_report_each_change_once(store, tmp_path
     assert later.points == 1500 and changes(later) == []
 
 
-def test_a_pending_spike_is_reported_when_it_is_classified(store, tmp_path):
+def test_a_spike_still_up_fires_at_once_as_pending_and_resolves_with_its_class(store, tmp_path):
     (tmp_path / "r").mkdir()
     events = tmp_path / "r" / "events.out.tfevents.1"
     v = loss_curve(3000)
     v[2000:2300] *= np.linspace(2.5, 1, 300)
     write_events(events, [])
     append(events, v[:2100], 0)
-    assert changes(scan(store, [str(tmp_path)])) == []  # pending: not reported yet
+    [fired] = [r.event for r in scan(store, [str(tmp_path)]).events]
+    assert (fired.change.value, fired.step, fired.record.severity, fired.record.classification) == ("firing", 2099, "critical", "pending")
+    assert fired.record.finding["message"] == "train/loss spiked at step 2000: 1.811 -> 4.527 (2.5x baseline); not back yet (pending)"
+    assert changes(scan(store, [str(tmp_path)])) == []
     append(events, v[2100:], 2100)
-    assert changes(scan(store, [str(tmp_path)])) == [("firing", "r", "loss_spike", 2000), ("resolved", "r", "loss_spike", 2000)]
+    [resolved] = [r.event for r in scan(store, [str(tmp_path)]).events]
+    assert (resolved.change.value, resolved.step, resolved.record.severity, resolved.record.classification) == (
+        "resolved", 2283, "warning", "slow_recovering")
+    assert resolved.record.finding["message"] == (
+        "train/loss spiked at step 2000: 1.811 -> 4.527 (2.5x baseline), back only after 283 steps (slow-recovering)")
 
 
 def test_nan_fires_once_and_resolves_once_when_finite_values_come_back(store, tmp_path):
@@ -103,7 +110,7 @@ def test_a_rollback_that_rewrites_a_spike_resolves_it(store, tmp_path):
     append(tmp_path / "r" / "events.out.tfevents.2", loss_curve(700, seed=1)[200:], 1300)  # resumed from 1300
     after = scan(store, [str(tmp_path)])
     assert ("resolved", "r", "loss_spike", 1500) in changes(after)
-    [gone] = [r.event for r in after.events if r.event.record.kind == "loss_spike"]
+    [gone] = [r.event for r in after.events if r.event.record.kind == "loss_spike" and r.event.record.start_step == 1500]
     assert gone.reason == "no longer seen: those steps were rewritten"
     assert ("firing", "r", "restart", 1300) in changes(after)
 

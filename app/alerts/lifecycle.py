@@ -3,10 +3,12 @@
 `evaluate` is a pure function of the stored alert records, the current analysis and the
 current step and time.  It says what every alert is now and which changes to report:
 
-* a new finding fires at once, except a loss spike whose class is still pending (and not
-  critical), which waits in `pending` and fires once classified;
-* a firing alert whose class or severity changes (slow-recovering -> divergent) is
-  `updated`, not replaced: its identity is a fingerprint of run, tag, kind and onset;
+* a new finding fires at once, a loss spike whose class is still pending included (as a
+  warning, or critical when far above its level): the analyzers report a spike only once
+  it is still up a few points after its onset, or its class is known;
+* a firing alert whose class or severity changes (pending -> divergent) is `updated`, not
+  replaced: its identity is a fingerprint of run, tag, kind and onset; one that is over
+  resolves, with its final class (a spike called divergent that came back: slow-recovering);
 * an alert resolves once, when its condition is over (the spike recovered, the values are
   finite again) or when the analysis no longer sees it (a rollback rewrote those steps);
   one that is over by the time it is first seen fires and resolves in the same evaluation;
@@ -21,12 +23,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from analyzers.findings import Kind, Severity, SpikeClass
+from analyzers.findings import Kind
 from app.analysis import Alert
 
 
 class State(str, enum.Enum):
-    PENDING = "pending"
+    PENDING = "pending"  # kept by versions that held spikes back until classified; fires on the next evaluation
     FIRING = "firing"
     RESOLVED = "resolved"
 
@@ -35,7 +37,6 @@ class State(str, enum.Enum):
 
 
 class Change(str, enum.Enum):
-    PENDING = "pending"
     FIRING = "firing"
     UPDATED = "updated"
     RESOLVED = "resolved"
@@ -123,8 +124,6 @@ def _step(
         changed = old is not None and (old.severity, old.classification) != (record.severity, record.classification)
         return record, [Event(Change.UPDATED, record, last_step)] if changed and target is not State.RESOLVED else []
     record = replace(record, since_step=_when(alert, target, last_step), since_time=now)
-    if target is State.PENDING:
-        return record, [Event(Change.PENDING, record, f.start_step)]
     if target is State.FIRING:
         return record, [Event(Change.FIRING, record, _fired_at(alert, last_step))]
     happened = [] if before is State.FIRING else [Event(Change.FIRING, replace(record, state=State.FIRING), _fired_at(alert, last_step))]
@@ -132,23 +131,19 @@ def _step(
 
 
 def _target(alert: Alert) -> State:
-    f = alert.finding
-    waiting = f.classification is SpikeClass.PENDING and f.severity < Severity.CRITICAL
-    if waiting:
-        return State.PENDING
-    return State.FIRING if f.ongoing else State.RESOLVED
+    return State.FIRING if alert.finding.ongoing else State.RESOLVED
 
 
 def _when(alert: Alert, target: State, last_step: int | None) -> int | None:
     f = alert.finding
     if target is State.RESOLVED:
         return f.end_step if f.end_step is not None else last_step
-    return f.start_step if target is State.PENDING else _fired_at(alert, last_step)
+    return _fired_at(alert, last_step)
 
 
 def _fired_at(alert: Alert, last_step: int | None) -> int | None:
     """The step at which the alert could first fire: its onset, or for a spike the step by
-    which its class was known."""
+    which it was seen to be one (back, or still up at the last point)."""
     f = alert.finding
     return f.start_step if f.kind is not Kind.LOSS_SPIKE else (f.end_step or last_step)
 
