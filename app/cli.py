@@ -144,13 +144,20 @@ def scan(
     config = _load_config(config_file)
     store = _open_store(db_url)
     progress = _progress("scanning runs") if sys.stderr.isatty() else None
+    reporter = scanner.Reporter.new()
     try:
         with httpx.Client() as client:
-            outcome = scanner.scan(store, list(paths), config=config, webhooks=list(webhooks), client=client, progress=progress)
+            outcome = scanner.scan(
+                store, list(paths), config=config, webhooks=list(webhooks), client=client, progress=progress,
+                reporter=reporter,
+            )
     except IngestError as e:
         _report(e.problems)
         sys.exit(EXIT_INPUT_ERROR)
     _report(outcome.problems)
+    if outcome.earlier:
+        click.echo(f"losswatch: {outcome.earlier} changes committed by an earlier scan that stopped before "
+                   "printing them come first", err=True)
     for failure in outcome.deliveries.failed:
         click.echo(f"losswatch: webhook delivery failed (will retry on the next scan): {failure}", err=True)
     summary = (
@@ -159,6 +166,8 @@ def scan(
     )
     open_records = scanner.open_alerts(store, list(paths)) if show_all else []
     click.echo(_render_scan(fmt, outcome, summary, open_records, show_all))
+    sys.stdout.flush()
+    scanner.printed(store, reporter)
     worst = [Severity[e.event.record.severity.upper()] for e in outcome.events if e.event.change.value != "resolved"]
     if show_all:
         worst += [Severity[r.severity.upper()] for r in open_records if r.state.value == "firing"]

@@ -32,6 +32,7 @@ class Reported:
 
     source: str
     event: Event
+    id: int | None = None  # the change's row in alert_events
 
 
 def store_points(
@@ -91,7 +92,7 @@ def apply(conn: Connection, run: StoredRun, assessment: Assessment, webhooks: Se
     if assessment.points >= run.points:
         done["dirty_since"] = None
     conn.execute(runs.update().where(runs.c.id == run.id).values(**done))
-    return [Reported(run.source, e) for _, e in reported]
+    return [Reported(run.source, e, i) for i, e in reported]
 
 
 def reassess(conn: Connection, run: StoredRun, config: AnalysisConfig, webhooks: Sequence[str], now: float) -> list[Reported]:

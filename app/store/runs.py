@@ -38,6 +38,7 @@ class StoredFile:
     offset: int
     size: int
     end: str
+    head: str | None = None  # fingerprint of the first bytes (app.ingest.events); None: unknown
 
 
 def lock_run(conn: Connection, source: str, name: str, now: float) -> StoredRun:
@@ -56,23 +57,23 @@ def lock_run(conn: Connection, source: str, name: str, now: float) -> StoredRun:
 def known_files(conn: Connection, source: str) -> dict[str, dict[str, StoredFile]]:
     """Run name -> file path -> what was read of it, for every run of a source (one query:
     deciding that a logdir is unchanged costs a stat per file and nothing else)."""
-    query = sa.select(runs.c.name, files.c.path, files.c.offset, files.c.size, files.c.end).join(
+    query = sa.select(runs.c.name, files.c.path, files.c.offset, files.c.size, files.c.end, files.c.head).join(
         files, files.c.run_id == runs.c.id
     ).where(runs.c.source == source)
     out: dict[str, dict[str, StoredFile]] = {}
-    for name, path, offset, size, end in conn.execute(query):
-        out.setdefault(name, {})[path] = StoredFile(offset, size, end)
+    for name, path, offset, size, end, head in conn.execute(query):
+        out.setdefault(name, {})[path] = StoredFile(offset, size, end, head)
     return out
 
 
 def run_files(conn: Connection, run_id: int) -> dict[str, StoredFile]:
-    query = sa.select(files.c.path, files.c.offset, files.c.size, files.c.end).where(files.c.run_id == run_id)
-    return {path: StoredFile(offset, size, end) for path, offset, size, end in conn.execute(query)}
+    query = sa.select(files.c.path, files.c.offset, files.c.size, files.c.end, files.c.head).where(files.c.run_id == run_id)
+    return {path: StoredFile(offset, size, end, head) for path, offset, size, end, head in conn.execute(query)}
 
 
 def save_files(conn: Connection, run_id: int, progress: Mapping[str, StoredFile]) -> None:
     for path, f in progress.items():
-        values = {"offset": f.offset, "size": f.size, "end": f.end}
+        values = {"offset": f.offset, "size": f.size, "end": f.end, "head": f.head}
         updated = conn.execute(
             files.update().where(files.c.run_id == run_id, files.c.path == path).values(**values)
         )
@@ -135,6 +136,11 @@ def delete_points(conn: Connection, run_id: int) -> None:
     tag_ids = sa.select(tags.c.id).where(tags.c.run_id == run_id)
     conn.execute(chunk_table.delete().where(chunk_table.c.tag_id.in_(tag_ids)))
     conn.execute(rollbacks.delete().where(rollbacks.c.run_id == run_id))
+
+
+def delete_files(conn: Connection, run_id: int) -> None:
+    """Forget how far each of a run's files was read (a run read again from the start)."""
+    conn.execute(files.delete().where(files.c.run_id == run_id))
 
 
 def load_writes(conn: Connection, run_id: int) -> dict[str, TagWrites]:

@@ -80,6 +80,7 @@ files = Table(
     Column("offset", BigInteger, nullable=False),
     Column("size", BigInteger, nullable=False),  # file size when last read: unchanged means skip
     Column("end", String(16), nullable=False),
+    Column("head", String(32)),  # fingerprint of the file's first bytes: another means rewritten
 )
 
 alerts = Table(
@@ -115,7 +116,13 @@ alert_events = Table(
     Column("step", BigInteger),
     Column("time", Double, nullable=False),
     Column("message", Text, nullable=False),
+    # A change a `losswatch scan` committed and has not printed yet: which scan, and until when
+    # its claim holds (then, or once that process is gone, the next scan prints it).  NULL once
+    # printed, and for the service's changes (reported in its responses and webhooks).
+    Column("report_by", String(128)),
+    Column("report_lease", Double),
     Index("ix_alert_events_alert", "alert_id"),
+    Index("ix_alert_events_report_by", "report_by"),
 )
 
 deliveries = Table(
