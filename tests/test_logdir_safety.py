@@ -7,8 +7,6 @@ from __future__ import annotations
 import os
 import threading
 
-import pytest
-
 from app.ingest.events import ReadEnd, read_event_file
 from app.ingest.logdir import read_logdir, read_run
 from app.ingest.problems import IngestError
@@ -85,24 +83,6 @@ def test_a_directory_on_the_way_swapped_for_a_symlink_is_caught(tmp_path):
     run = read_run("run", [path], roots=[str(root)])
     assert len(run.points) == 0
     assert [p.reason for p in run.problems] == ["its real path is outside the allowed roots: skipped"]
-
-
-@pytest.fixture
-def hung_filesystem(monkeypatch):
-    """os.pread that never answers for files named `*slow*` (a hung network mount) until the
-    test ends; `block_from` lets the first reads of a file through."""
-    release = threading.Event()
-    real_pread = os.pread
-    state = {"block_from": 0}
-
-    def pread(fd, size, offset):
-        if "slow" in os.readlink(f"/proc/self/fd/{fd}") and offset >= state["block_from"]:
-            release.wait()
-        return real_pread(fd, size, offset)
-
-    monkeypatch.setattr(os, "pread", pread)
-    yield state
-    release.set()
 
 
 def test_a_file_that_stops_answering_times_out_and_the_others_are_read(tmp_path, hung_filesystem):
