@@ -87,8 +87,8 @@ def read_event_file(
     """
     decoder = _Decoder(path, offset, tags)
     try:
-        with SafeFile(path, roots, timeout, at=offset) as f:
-            start = f.pread(min(HEAD_BYTES, f.size), 0)
+        with SafeFile(path, roots, timeout, start_bytes=HEAD_BYTES, at=offset) as f:
+            start = f.start
             why = _rewritten(f.size, start, offset, head)
             if why:
                 return decoder.result(size=f.size, rewritten=why)

@@ -24,7 +24,7 @@ import queue
 import stat
 import threading
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 from app.ingest.problems import IngestError, Problem
 
@@ -73,25 +73,27 @@ class SafeFile:
     Raises IngestError (with `path` and a reason) when the file cannot be opened, is not a
     regular file, or lies outside `roots`; `ReadTimeout` when a call does not answer.
     `roots=None` means no restriction (the command line reads what its user can read).
+    `start` holds the file's first `start_bytes` bytes, read with the open (one call fewer).
     `noun` names the file in messages ("cannot read event file: ..."), `at` is the byte
     offset they give (where the caller meant to read).
     """
 
     def __init__(
-        self, path: str, roots: Sequence[str] | None = None, timeout: float = READ_TIMEOUT,
-        noun: str = "event file", at: int | None = None,
+        self, path: str, roots: Sequence[str] | None = None, timeout: float = READ_TIMEOUT, *,
+        start_bytes: int = 0, noun: str = "event file", at: int | None = None,
     ) -> None:
         self.path, self.timeout, self.noun, self.at = path, timeout, noun, at
         self.fd: int | None = None
         self.size = 0
-        self._worker = _Worker()
-        self._call(self._open_on_worker(roots))
+        self.start = b""
+        self._worker = _Worker.take()
+        self._call(self._open_on_worker(roots, start_bytes))
 
     def pread(self, size: int, offset: int) -> bytes:
         return self._call(lambda: os.pread(self.fd, size, offset))
 
     def close(self) -> None:
-        self._worker.stop(self._close)
+        self._worker.finish(self._close)
 
     def __enter__(self) -> SafeFile:
         return self
@@ -99,9 +101,11 @@ class SafeFile:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _open_on_worker(self, roots: Sequence[str] | None) -> Callable[[], None]:
+    def _open_on_worker(self, roots: Sequence[str] | None, start_bytes: int) -> Callable[[], None]:
         def run() -> None:
             self.fd, self.size = _open(self.path, roots)
+            if start_bytes:
+                self.start = os.pread(self.fd, min(start_bytes, self.size), 0)
 
         return run
 
@@ -110,14 +114,18 @@ class SafeFile:
         completes late still gets its descriptor closed)."""
         if self.fd is not None:
             os.close(self.fd)
+            self.fd = None
 
     def _call(self, fn: Callable[[], _T]) -> _T:
         try:
             return self._worker.call(fn, self.timeout)
+        except ReadTimeout:
+            self._worker.abandon(self._close)
+            raise
         except OSError as e:
             self.close()
             raise IngestError(Problem(self.path, f"cannot read {self.noun}: {e.strerror or e}", offset=self.at)) from e
-        except (ReadTimeout, IngestError):
+        except IngestError:
             self.close()
             raise
 
@@ -177,17 +185,29 @@ def _opened(fd: int, fallback: str) -> str:
 
 
 class _Worker:
-    """A daemon thread that runs one call at a time for its file: a call that hangs blocks
-    this thread only, and the process can still exit."""
+    """A daemon thread that runs the calls on one file at a time, answering each: a call
+    that hangs blocks this thread only, and the process can still exit.  Idle workers are
+    kept for the next file (a thread per file would cost more than reading a small one)."""
+
+    _idle: ClassVar[list[_Worker]] = []
+    _idle_lock: ClassVar[threading.Lock] = threading.Lock()
+    MAX_IDLE: ClassVar[int] = 4
 
     def __init__(self) -> None:
         self._calls: queue.SimpleQueue = queue.SimpleQueue()
         self._answers: queue.SimpleQueue = queue.SimpleQueue()
-        self._stopped = False
+        self._abandoned = False
         threading.Thread(target=self._serve, daemon=True, name="losswatch-file").start()
 
+    @classmethod
+    def take(cls) -> _Worker:
+        with cls._idle_lock:
+            if cls._idle:
+                return cls._idle.pop()
+        return cls()
+
     def call(self, fn: Callable[[], _T], timeout: float) -> _T:
-        self._calls.put(fn)
+        self._calls.put((fn, True))
         try:
             ok, value = self._answers.get(timeout=timeout)
         except queue.Empty:
@@ -196,16 +216,29 @@ class _Worker:
             raise value
         return value
 
-    def stop(self, last: Callable[[], None]) -> None:
-        """Run `last` once the current call (if any) returns, then end the thread."""
-        if not self._stopped:
-            self._stopped = True
-            self._calls.put(last)
-            self._calls.put(None)
+    def finish(self, last: Callable[[], None]) -> None:
+        """Run `last` without waiting for it, and serve the next file (not after `abandon`)."""
+        if self._abandoned:
+            return
+        self._calls.put((last, False))
+        with self._idle_lock:
+            if len(self._idle) < self.MAX_IDLE:
+                self._idle.append(self)
+                return
+        self._calls.put(None)
+
+    def abandon(self, last: Callable[[], None]) -> None:
+        """A call hung: run `last` once it returns (if ever), then end the thread."""
+        self._abandoned = True
+        self._calls.put((last, False))
+        self._calls.put(None)
 
     def _serve(self) -> None:
-        while (fn := self._calls.get()) is not None:
+        while (item := self._calls.get()) is not None:
+            fn, answer = item
             try:
-                self._answers.put((True, fn()))
+                result = (True, fn())
             except BaseException as e:  # handed back to the caller, raised there
-                self._answers.put((False, e))
+                result = (False, e)
+            if answer:
+                self._answers.put(result)
