@@ -29,7 +29,7 @@ from app.store import alerts as stored_alerts
 from app.store import runs as stored_runs
 from app.store.db import Store
 from app.store.runs import StoredFile
-from app.updates import Reported, reassess, store_points
+from app.updates import Applied, Reported, reassess, store_points
 
 
 @dataclass
@@ -143,7 +143,7 @@ def _scan_run(
         outcome.changed += 1
         outcome.points += len(read.points)
         if len(read.points) or read.rollbacks:
-            outcome.events += reassess(conn, updated, config, webhooks, now)
+            _record(outcome, target, target.name, reassess(conn, updated, config, webhooks, now))
 
 
 def _scan_text(
@@ -173,7 +173,14 @@ def _scan_text(
             updated = store_points(conn, fresh, points, segment, tuple(rollbacks), RunState(segments), now)
             outcome.changed += 1
             outcome.points += len(points)
-            outcome.events += reassess(conn, updated, config, webhooks, now)
+            _record(outcome, target, name, reassess(conn, updated, config, webhooks, now))
+
+
+def _record(outcome: ScanOutcome, target: _Target, name: str, applied: Applied) -> None:
+    """A run's changes, or its failed analysis as a problem: the scan goes on with the next."""
+    outcome.events += applied.changes
+    if applied.error is not None:
+        outcome.problems.append(Problem(f"{target.source}: run {name}", f"analysis failed: {applied.error}"))
 
 
 def _size(path: str) -> int:
