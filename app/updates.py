@@ -15,7 +15,7 @@ from sqlalchemy.engine import Connection
 
 from analyzers.config import AnalysisConfig
 from app.alerts.lifecycle import Change, Event, evaluate
-from app.analysis import AnalysisFailed, Alert, analyze_writes
+from app.analysis import Alert, AnalysisFailed, analyze_writes
 from app.ingest.logdir import RunState
 from app.ingest.points import Points
 from app.ingest.restarts import Rollback
