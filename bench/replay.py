@@ -87,7 +87,7 @@ class Replayer:
             posts += 1
             last = int(steps[ids].max())
             if any(_tells(c.event, event) for c in changes):
-                return Timing(event, last, pending_step if pending_step is not None else None, posts)
+                return Timing(event, last, pending_step, posts)
             if pending_step is None and self._pending(name, event):
                 pending_step = last
         return Timing(event, None, pending_step, posts)
