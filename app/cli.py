@@ -93,12 +93,21 @@ def analyze(paths: tuple[str, ...], fmt: str, config_file: str | None, fail_on: 
     or trainer_state log).  Stateless: each call reads and analyses everything."""
     config = _load_config(config_file)
     reads = [(path, _read(path, strict)) for path in paths]
-    alerts = [alert for path, read in reads for run in read.runs.values() for alert in analysis.analyze(path, run, config)]
+    alerts, failed = [], 0
+    for path, read in reads:
+        for run in read.runs.values():
+            try:
+                alerts += analysis.analyze(path, run, config)
+            except analysis.AnalysisFailed as e:  # reported; every other run is still analysed
+                click.echo(f"losswatch: {e}", err=True)
+                failed += 1
     if fmt == "json":
         click.echo(json.dumps({"runs": [_run_summary(p, r) for p, read in reads for r in read.runs.values()],
                                "alerts": [a.to_dict() for a in alerts]}, indent=2))
     else:
         click.echo(render_table(alerts, sum(len(read.runs) for _, read in reads)))
+    if failed:
+        sys.exit(EXIT_INPUT_ERROR)
     if fail_on != "never" and any(a.finding.severity >= Severity[fail_on.upper()] for a in alerts):
         sys.exit(EXIT_ALERTS)
 
@@ -120,7 +129,7 @@ def plot(path: str, run_name: str | None, tag: str | None, output: str) -> None:
         fmt = plots.image_format(output)
         run = plots.pick_run(path, _read(path, False).runs, run_name)
         plots.write_image(plots.draw_run(path, run, tag), output, fmt)
-    except plots.PlotError as e:
+    except (plots.PlotError, analysis.AnalysisFailed) as e:
         _fail(str(e))
 
 

@@ -262,11 +262,14 @@ def _scan_text(store: Store, target: _Target, options: _Options, outcome: ScanOu
 
 
 def _reassess(conn, run: stored_runs.StoredRun, options: _Options, now: float, outcome: ScanOutcome) -> None:
-    """Re-analyse the run in the caller's transaction; a reporter holds the changes until printed."""
-    events = reassess(conn, run, options.config, options.webhooks, now)
+    """Re-analyse the run in the caller's transaction; a reporter holds the changes until
+    printed.  A failed analysis is a problem of that run: the scan goes on with the next."""
+    applied = reassess(conn, run, options.config, options.webhooks, now)
     if options.reporter is not None:
-        reports.hold(conn, [e.id for e in events], options.reporter.claim, now + REPORT_LEASE)
-    outcome.events += events
+        reports.hold(conn, [e.id for e in applied.changes], options.reporter.claim, now + REPORT_LEASE)
+    outcome.events += applied.changes
+    if applied.error is not None:
+        outcome.problems.append(Problem(f"{run.source}: run {run.name}", f"analysis failed: {applied.error}"))
 
 
 def _take_over(store: Store, sources: list[str], reporter: Reporter, now: float) -> list[Reported]:

@@ -103,4 +103,6 @@ class Background:
         with self.store.read() as conn:
             waiting = stored_runs.dirty_runs(conn, now - self.settings.analysis_interval)
         for run in waiting:
-            analyze_now(self.store, run, self.settings.analysis, self.settings.webhooks, now)
+            applied = analyze_now(self.store, run, self.settings.analysis, self.settings.webhooks, now)
+            if applied.error is not None:
+                log.warning("analysis failed", extra={"source": run.source, "run": run.name, "error": applied.error})

@@ -31,6 +31,7 @@ class StoredRun:
     updated_at: float = 0.0
     analyzed_at: float | None = None
     analyzed_points: int | None = None
+    analysis_error: str | None = None  # why the last analysis failed, if it did
 
 
 @dataclass(frozen=True)
@@ -170,7 +171,7 @@ def add_rollbacks(conn: Connection, run_id: int, found: tuple[Rollback, ...]) ->
             rollbacks.insert(),
             [
                 {"run_id": run_id, "from_step": r.from_step, "to_step": r.to_step, "segment": r.segment,
-                 "file": r.source, "wall_time": r.wall_time, "purge": int(r.purge)}
+                 "file": r.source, "wall_time": r.wall_time, "purge": int(r.purge), "tags": list(r.tags) or None}
                 for r in found
             ],
         )
@@ -178,7 +179,7 @@ def add_rollbacks(conn: Connection, run_id: int, found: tuple[Rollback, ...]) ->
 
 def load_resumes(conn: Connection, run_id: int) -> tuple[Resume, ...]:
     query = sa.select(rollbacks).where(rollbacks.c.run_id == run_id).order_by(rollbacks.c.segment)
-    return tuple(Resume(r.from_step, r.to_step, r.segment, r.wall_time) for r in conn.execute(query))
+    return tuple(Resume(r.from_step, r.to_step, r.segment, r.wall_time, tuple(r.tags or ())) for r in conn.execute(query))
 
 
 def save_run(conn: Connection, run: StoredRun, state: RunState, points: int, last_step: int | None, now: float) -> None:
@@ -272,7 +273,7 @@ def rollback_rows(conn: Connection, run_id: int) -> list[dict]:
     query = sa.select(rollbacks).where(rollbacks.c.run_id == run_id).order_by(rollbacks.c.segment)
     return [
         {"from_step": r.from_step, "to_step": r.to_step, "segment": r.segment, "file": r.file,
-         "wall_time": r.wall_time, "purge": bool(r.purge)}
+         "wall_time": r.wall_time, "purge": bool(r.purge), "tags": r.tags}
         for r in conn.execute(query)
     ]
 
@@ -280,7 +281,7 @@ def rollback_rows(conn: Connection, run_id: int) -> list[dict]:
 def _stored(row) -> StoredRun:
     return StoredRun(
         row.id, row.source, row.name, _state(row.state), row.last_step, row.points, row.updated_at,
-        row.analyzed_at, row.analyzed_points,
+        row.analyzed_at, row.analyzed_points, row.analysis_error,
     )
 
 

@@ -34,6 +34,7 @@ runs = Table(
     Column("dirty_since", Double),  # new points not yet analysed (the service defers busy runs)
     Column("analyzed_at", Double),
     Column("analyzed_points", BigInteger),  # how many points the last applied analysis saw
+    Column("analysis_error", Text),  # why the last analysis failed; null once one succeeds
     UniqueConstraint("source", "name", name="uq_runs_source_name"),
 )
 
@@ -70,6 +71,7 @@ rollbacks = Table(
     Column("file", Text, nullable=False),
     Column("wall_time", Double),
     Column("purge", Integer, nullable=False),
+    Column("tags", JSON),  # the tags it rolls back (a rewrite posted over HTTP); null: every tag
 )
 
 files = Table(
