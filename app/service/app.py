@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 from app.service import errors, ui
-from app.service.auth import TokenCache
+from app.service.auth import Gate
 from app.service.background import Background
 from app.service.metrics import Metrics
 from app.service.routes import alerts, ingest, logdirs, ops, runs
@@ -44,7 +44,8 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.store = store
         app.state.settings = settings
         app.state.metrics = Metrics(store)
-        app.state.tokens = TokenCache(store)
+        app.state.gate = Gate(store, settings.auth)
+        log.info("auth", extra={"mode": settings.auth, "locked": app.state.gate.locked()})
         background = Background(store, settings, app.state.metrics, client)
         app.state.wake_poller = background.wake
         task = asyncio.create_task(background.run()) if settings.background else None
