@@ -18,6 +18,8 @@ from fastapi.staticfiles import StaticFiles
 from app.service import errors, ui
 from app.service.auth import Gate
 from app.service.background import Background
+from app.service.headers import SecurityHeaders
+from app.service.limits import BodyLimit, BodyTooLarge
 from app.service.metrics import Metrics
 from app.service.routes import alerts, ingest, logdirs, ops, runs
 from app.service.settings import Settings
@@ -59,13 +61,18 @@ def create_app(settings: Settings) -> FastAPI:
             client.close()
             store.close()
 
-    app = FastAPI(title="losswatch", version=version("losswatch"), description=DESCRIPTION, lifespan=lifespan)
+    app = FastAPI(title="losswatch", version=version("losswatch"), description=DESCRIPTION, lifespan=lifespan,
+                  openapi_url=None, docs_url=None, redoc_url=None)  # served by ui.build_docs_router, behind READ
     errors.install(app)
     app.add_exception_handler(errors.ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_exception_handler(BodyTooLarge, _body_too_large)
+    app.add_middleware(BodyLimit, ingest_bytes=settings.max_body_bytes)
     app.add_middleware(RequestLog)
+    app.add_middleware(SecurityHeaders)
     for router in (ingest.router, runs.router, alerts.router, logdirs.router, ops.router):
         app.include_router(router)
+    app.include_router(ui.build_docs_router())
     app.include_router(ui.build_login_router())
     app.include_router(ui.build_router())
     app.mount("/static", StaticFiles(directory=ui.STATIC), name="static")
@@ -77,6 +84,10 @@ async def _api_error(request: Request, e: errors.ApiError):
     if e.status == 401 and "text/html" in request.headers.get("accept", "") and not request.url.path.startswith("/v1/"):
         return RedirectResponse(request.url_for("ui_login"), status_code=303)
     return JSONResponse(errors.error_body(e.code, e.message, e.details), status_code=e.status)
+
+
+async def _body_too_large(_: Request, e: BodyTooLarge) -> JSONResponse:
+    return JSONResponse(errors.error_body("body_too_large", e.detail), status_code=413, headers={"Connection": "close"})
 
 
 async def _invalid_request(_: Request, e: RequestValidationError) -> JSONResponse:
