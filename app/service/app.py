@@ -22,6 +22,7 @@ from app.service.headers import SecurityHeaders
 from app.service.limits import BodyLimit, BodyTooLarge
 from app.service.metrics import Metrics
 from app.service.routes import alerts, ingest, logdirs, ops, runs
+from app.service.routes.run_names import EncodedRunNames
 from app.service.settings import Settings
 from app.store.db import open_store
 
@@ -67,6 +68,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(errors.ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(BodyTooLarge, _body_too_large)
+    app.add_middleware(EncodedRunNames)
     app.add_middleware(BodyLimit, ingest_bytes=settings.max_body_bytes)
     app.add_middleware(RequestLog)
     app.add_middleware(SecurityHeaders)
