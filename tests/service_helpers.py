@@ -24,7 +24,7 @@ def service(url: str, **settings):
     settings.setdefault("background", False)
     settings.setdefault("auth", "until_first_token")
     app = create_app(Settings(db_url=url, **settings))
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://127.0.0.1") as client:  # an open loopback service wants a loopback Host
         yield client
 
 

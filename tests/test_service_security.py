@@ -69,6 +69,16 @@ def test_every_response_carries_the_security_headers(server):
         assert r.headers["referrer-policy"] == "same-origin"
 
 
+def test_an_open_loopback_service_answers_only_to_loopback_names(server):
+    port = urlsplit(server).port
+    rebound = httpx.get(f"{server}/v1/runs", headers={"Host": f"rebound.example:{port}"})  # DNS rebinding
+    assert rebound.status_code == 403 and rebound.json()["error"]["message"] == (
+        f"an open loopback service answers only to 127.0.0.1, [::1] or localhost, not Host rebound.example:{port}: "
+        "create a token to use another name")
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", "[::1]"):
+        assert httpx.get(f"{server}/v1/runs", headers={"Host": host}).status_code == 200, host
+
+
 def test_a_run_whose_name_ends_in_series_or_alerts_is_read_back_by_its_encoded_name(server):
     for name in ("exp", "exp/series", "exp/alerts", "series"):
         assert httpx.post(f"{server}/v1/runs/{name}/points", json=POINTS).status_code == 200
@@ -82,7 +92,7 @@ def test_a_run_whose_name_ends_in_series_or_alerts_is_read_back_by_its_encoded_n
     assert httpx.get(f"{server}/v1/runs/exp/series/series", params={"tag": "train/loss"}).json()["run"] == "exp/series"
 
 
-def signed_in(url: str, scope: str = "write", base: str = "http://testserver", **settings):
+def signed_in(url: str, scope: str = "write", base: str = "http://127.0.0.1", **settings):
     """A service with a token, and a client signed in through the login form."""
     store = open_store(url)
     with store.write() as conn:
@@ -99,7 +109,7 @@ def signed_in(url: str, scope: str = "write", base: str = "http://testserver", *
 def test_cookie_writes_need_a_json_body_or_a_custom_header_and_this_origin(tmp_path):
     context, c, token, _ = signed_in(f"sqlite:///{tmp_path / 's.db'}")
     try:
-        mine = {"Origin": "http://testserver"}
+        mine = {"Origin": "http://127.0.0.1"}
         assert c.post("/v1/runs/r/points", json=POINTS, headers=mine).status_code == 200
         assert c.post("/v1/runs/r/points", json=POINTS).status_code == 200  # no Origin: not a browser
         other = c.post("/v1/runs/r/points", json=POINTS, headers={"Origin": "https://evil.example"})
@@ -122,13 +132,13 @@ def test_an_open_service_refuses_writes_from_other_origins(tmp_path):
     with service(f"sqlite:///{tmp_path / 's.db'}", auth="open") as c:
         assert c.post("/v1/runs/r/points", json=POINTS, headers={"Origin": "http://attacker.example"}).status_code == 403
         assert c.post("/v1/runs/r/points", json=POINTS, headers={"Origin": "null"}).status_code == 403
-        assert c.post("/v1/runs/r/points", json=POINTS, headers={"Origin": "http://testserver"}).status_code == 200
+        assert c.post("/v1/runs/r/points", json=POINTS, headers={"Origin": "http://127.0.0.1"}).status_code == 200
         assert c.get("/v1/runs", headers={"Origin": "http://attacker.example"}).status_code == 200  # reads: CORS guards them
 
 
 def test_the_cookie_is_secure_over_https_or_behind_an_https_external_url(tmp_path):
-    cases = [("http://testserver", "https://lw.example", True),  # a proxy ends TLS: the service sees http
-             ("https://testserver", None, True), ("http://testserver", None, False)]
+    cases = [("http://127.0.0.1", "https://lw.example", True),  # a proxy ends TLS: the service sees http
+             ("https://127.0.0.1", None, True), ("http://127.0.0.1", None, False)]
     for i, (base, external, secure) in enumerate(cases):
         context, _, _, response = signed_in(f"sqlite:///{tmp_path / f'{i}.db'}", base=base, external_url=external)
         context.__exit__(None, None, None)
@@ -138,7 +148,7 @@ def test_the_cookie_is_secure_over_https_or_behind_an_https_external_url(tmp_pat
 
 
 def test_sign_out_clears_the_cookie(tmp_path):
-    context, c, _, _ = signed_in(f"sqlite:///{tmp_path / 's.db'}", base="https://testserver", external_url="https://lw.example")
+    context, c, _, _ = signed_in(f"sqlite:///{tmp_path / 's.db'}", base="https://127.0.0.1", external_url="https://lw.example")
     try:
         assert '<button type="submit">Sign out</button>' in c.get("/").text
         assert c.post("/logout", headers={"Origin": "https://evil.example"}).status_code == 403

@@ -82,6 +82,7 @@ def require(scope: str):
             if token is None:
                 if gate.locked():
                     raise ApiError(401, "unauthorized", "this service needs a bearer token: Authorization: Bearer <token>")
+                csrf.check_loopback_host(request)  # open, on loopback: only until_first_token gets here
             else:
                 scopes = gate.tokens.scopes(token)
                 if scopes is None:

@@ -5,6 +5,7 @@ header without a CORS preflight, which this service never grants."""
 
 from __future__ import annotations
 
+import ipaddress
 from urllib.parse import urlsplit
 
 from fastapi import Request
@@ -31,6 +32,21 @@ def check_origin(request: Request) -> None:
     origin = request.headers.get("origin")
     if origin is not None and not _same_origin(origin, request):
         raise ApiError(403, "cross_site", f"cross-site request refused: Origin {origin} is not this service")
+
+
+def check_loopback_host(request: Request) -> None:
+    """An open loopback service answers only to loopback names: a page on another site that
+    points its own name at 127.0.0.1 (DNS rebinding) sends its name as Host, and must not
+    read or write what the service holds."""
+    host = request.headers.get("host", "")
+    try:
+        name, _ = _endpoint("http", host)
+        loopback = name == "localhost" or ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise ApiError(403, "cross_site", f"an open loopback service answers only to 127.0.0.1, [::1] or localhost, "
+                                          f"not Host {host}: create a token to use another name")
 
 
 def secure_cookie(request: Request) -> bool:
