@@ -11,6 +11,7 @@ import json
 import sys
 import time
 import tomllib
+from urllib.parse import urlsplit
 
 import click
 import httpx
@@ -31,6 +32,21 @@ _db_option = click.option(
     "--db", "db_url", envvar="LOSSWATCH_DB", show_envvar=True,
     help="Store URL: sqlite:///FILE or postgresql://... (default: a SQLite file in the user state directory).",
 )
+
+def _external_url(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """scheme://host[:port] with no path: the origin browsers see."""
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    try:
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        port_ok = False
+    if (parts.scheme not in ("http", "https") or not parts.hostname or not port_ok or parts.path.strip("/")
+            or parts.query or parts.fragment):
+        raise click.BadParameter(f"{value!r} is not http(s)://HOST[:PORT]")
+    return f"{parts.scheme}://{parts.netloc}"
+
 
 EXIT_ALERTS = 1
 EXIT_INPUT_ERROR = 2
@@ -199,11 +215,13 @@ def scan(
               help="Most points one request may carry.")
 @click.option("--webhook", "webhooks", multiple=True, help="POST each alert change here (repeatable).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file of detector settings.")
-@click.option("--insecure", is_flag=True, help="Listen beyond loopback even though no API token exists.")
+@click.option("--external-url", callback=_external_url,
+              help="The URL browsers reach the service at (https://... makes the sign-in cookie Secure).")
+@click.option("--insecure", is_flag=True, help="Run open: no request needs a token, even when tokens exist.")
 def serve(
     host: str, port: int, db_url: str | None, allowed_roots: tuple[str, ...], poll_interval: float,
     analysis_interval: float, max_body_bytes: int, max_points: int, webhooks: tuple[str, ...],
-    config_file: str | None, insecure: bool,
+    config_file: str | None, external_url: str | None, insecure: bool,
 ) -> None:
     """Run the HTTP service: ingest over HTTP, watched logdirs, the alerts API."""
     import uvicorn
@@ -216,16 +234,13 @@ def serve(
     with store.read() as conn:
         protected = tokens.any_tokens(conn)
     store.close()
-    if not protected and not _loopback(host) and not insecure:
-        _fail(
-            f"refusing to listen on {host} with no API token: anyone who can reach it could post and read. "
-            "Create one with `losswatch token create NAME --scope write`, or pass --insecure"
-        )
     settings = Settings(
         db_url=db_url, allowed_roots=allowed_roots, poll_interval=poll_interval, analysis_interval=analysis_interval,
         max_body_bytes=max_body_bytes, max_points_per_request=max_points, webhooks=webhooks,
-        analysis=_load_config(config_file),
+        analysis=_load_config(config_file), auth=_auth_mode(host, protected, insecure), external_url=external_url,
     )
+    if insecure:
+        click.echo("losswatch: --insecure: no request needs a token", err=True)
     uvicorn.run(create_app(settings), host=host, port=port, log_config=log_config(), access_log=False,
                 timeout_graceful_shutdown=30)
 
@@ -266,10 +281,32 @@ def token_list(db_url: str | None) -> None:
 @click.argument("name")
 @_db_option
 def token_revoke(name: str, db_url: str | None) -> None:
-    """Delete a token: requests bearing it are refused from now on."""
+    """Delete a token: requests bearing it are refused from now on (within 5 s)."""
     with _open_store(db_url).write() as conn:
         if not tokens.revoke_token(conn, name):
             _fail(f"no token called {name!r}")
+        last = not tokens.any_tokens(conn)
+    if last:
+        click.echo(
+            f"losswatch: revoked {name!r}, the last token: a service that needed tokens stays locked (401 on every "
+            "request but /healthz and /metrics) until `losswatch token create` makes a new one", err=True,
+        )
+
+
+def _auth_mode(host: str, protected: bool, insecure: bool) -> str:
+    """Whether the service will need tokens, decided once, before it starts (see
+    app/service/auth.py): open only when asked to be, or on loopback until the first token."""
+    if insecure:
+        return "open"
+    if protected:
+        return "required"
+    if _loopback(host):
+        return "until_first_token"
+    _fail(
+        f"refusing to listen on {host} with no API token: anyone who can reach it could post and read. "
+        "Create one with `losswatch token create NAME --scope write`, or pass --insecure"
+    )
+    raise AssertionError("unreachable")
 
 
 def _loopback(host: str) -> bool:

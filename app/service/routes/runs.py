@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 
 from analyzers.roles import infer_role
 from analyzers.series import current_view, resume_steps
@@ -14,12 +14,13 @@ from app.service.errors import ApiError
 from app.service.models import AlertView, Error, RunDetail, RunSummary, SeriesResponse
 from app.service.routes.alerts import alert_view
 from app.service.routes.common import one_run, store_of
+from app.service.routes.run_names import run_name
 from app.store import alerts as stored_alerts
 from app.store import runs as stored_runs
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], dependencies=[READ])
 
-RunName = Path(..., min_length=1, max_length=512)
+RunName = Depends(run_name)
 Source = Query(None, description="The run's source ('http' or a logdir path) when several runs share its name.")
 _NOT_FOUND = {404: {"model": Error}, 409: {"model": Error}}
 
