@@ -81,10 +81,10 @@ class StreamingDetector(Protocol):
     def feed(self, state: Any, step: np.ndarray, value: np.ndarray) -> tuple[Any, list[Finding], list[Finding]]: ...
 
 
-def feed_in_pieces(detector: StreamingDetector, step: np.ndarray, value: np.ndarray, cuts: Sequence[int]) -> list[Finding]:
-    """Feed a series cut at `cuts` (indices), carrying the state through JSON between feeds
-    as a store would; every closed finding and the last feed's open ones, by onset."""
-    state = detector.start()
+def feed_in_pieces(detector: StreamingDetector, state: Any, step: np.ndarray, value: np.ndarray, cuts: Sequence[int]) -> list[Finding]:
+    """Feed a series cut at `cuts` (indices) from `state` (a detector's start), carrying the
+    state through JSON between feeds as a store would; every closed finding and the last
+    feed's open ones, by onset."""
     closed: list[Finding] = []
     still: list[Finding] = []
     bounds = [0, *sorted(set(c for c in cuts if 0 < c < len(step))), len(step)]

@@ -1,0 +1,82 @@
+"""The loss-spike detector fed in pieces, as the store and the service feed it, finds exactly
+what one pass over the whole series finds; its state is plain JSON of bounded size."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from analyzers.findings import Kind
+from analyzers.roles import Role
+from analyzers.series import TagWrites, prepare_series
+from analyzers.spikes import LossSpikeDetector
+from analyzers.stream import feed_in_pieces, random_cuts
+from app.analysis import tag_writes
+from app.ingest.sources import read_path
+from tests.conftest import REPO
+from tests.curves import clean_curve, labelled_corpus
+
+CORPUS = labelled_corpus()
+START = LossSpikeDetector().start("train/loss")
+SAMPLES = {name: run for name, run in read_path(str(REPO / "sample_runs")).runs.items()}
+
+
+def whole(step: np.ndarray, value: np.ndarray):
+    series = prepare_series("train/loss", Role.LOSS, TagWrites(step, value, np.zeros(len(step), np.int32)), {})
+    return LossSpikeDetector().detect(series)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, len(CORPUS) - 1), st.integers(2, 60), st.integers(0, 2**32 - 1))
+def test_any_split_of_a_labelled_curve_finds_what_one_pass_finds(index, pieces, seed):
+    curve = CORPUS[index]
+    step, value = curve.steps, curve.tags["train/loss"]
+    cuts = random_cuts(np.random.default_rng(seed), len(step), pieces)
+    assert feed_in_pieces(LossSpikeDetector(), START, step, value, cuts) == whole(step, value)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(sorted(SAMPLES)), st.integers(2, 40), st.integers(0, 2**32 - 1))
+def test_any_split_of_a_sample_run_finds_what_one_pass_finds(name, pieces, seed):
+    writes = tag_writes(SAMPLES[name])["train/loss"]
+    series = prepare_series("train/loss", Role.LOSS, writes, {})
+    cuts = random_cuts(np.random.default_rng(seed), len(series.step), pieces)
+    assert feed_in_pieces(LossSpikeDetector(), START, series.step, series.value, cuts) == LossSpikeDetector().detect(series)
+
+
+def test_one_point_appends_find_what_one_pass_finds():
+    """Spikes of every class, a NaN and coarse logging, fed a point at a time."""
+    names = ("spikes-cosine-n0.02-i10", "nan-cosine-n0.03-i1", "divergent-cosine-n0.02-i100")
+    picked = {c.name: c for c in CORPUS if c.name in names}
+    for curve in picked.values():
+        at = int(np.searchsorted(curve.steps, curve.truth[-1].step))
+        step, value = curve.steps[at - 200 : at + 200], curve.tags["train/loss"][at - 200 : at + 200]
+        ones = feed_in_pieces(LossSpikeDetector(), START, step, value, range(1, len(step)))
+        assert ones == whole(step, value), curve.name
+        assert bool(ones) == (curve.truth[-1].kind is Kind.LOSS_SPIKE), curve.name
+
+
+def test_a_live_spike_split_around_its_onset_and_recovery():
+    value = clean_curve(3).tags["train/loss"].copy()
+    value[2000:2150] *= np.linspace(2.5, 1.0, 150)
+    value[3000:] = np.nan
+    step = np.arange(len(value))
+    expected = whole(step, value)
+    assert [f.start_step for f in expected] == [2000]
+    for cuts in ([2000], [2001], [2002], [2149, 2150], [2999, 3000, 3001], list(range(1995, 2010))):
+        assert feed_in_pieces(LossSpikeDetector(), START, step, value, cuts) == expected, cuts
+
+
+def test_the_state_is_json_and_does_not_grow_with_the_run():
+    detector = LossSpikeDetector()
+    sizes = []
+    for points in (5_000, 50_000):
+        value = clean_curve(1, points=points, heavy_tails=True, noise=0.03).tags["train/loss"]
+        state, _, _ = detector.feed(detector.start("train/loss"), np.arange(points), value)
+        text = json.dumps(state.to_dict(), allow_nan=False)
+        assert type(state).from_dict(json.loads(text)).to_dict() == state.to_dict()
+        sizes.append(len(text))
+    assert sizes[1] < 1.2 * sizes[0] and sizes[1] < 30_000
