@@ -1,56 +1,64 @@
-"""Loss spikes: where they start and peak, and how they end; streaming (see
-`analyzers/stream.py`), so a live run hears of a spike a few points after its onset.
+"""Loss spikes on train and eval losses: where they start and peak, and how they end.
+Streaming (`analyzers/stream.py`): `feed` takes a tag's next points and returns the spikes
+now final and those still open, so a live run hears of a spike a few points after its
+onset; `detect` is one feed of the whole series, and any split finds the same.
 
-**Threshold, calibrated per run.**  Each point's residual over the trailing level, less the
-typical residual, is measured in the run's own robust sigmas (`analyzers/baseline.py`): z.
-A point is a spike's onset when z exceeds
+**A threshold from the run's own residuals.**  Each point's excess over the trailing level
+is measured in the run's robust sigmas (`analyzers/baseline.py`): z.  A point starts a
+spike when z exceeds max(`z`, `tail_margin` x the `tail_quantile` of the maxima of z over
+the last `tail_blocks` blocks of `tail_block` points): 6 sigmas, which Gaussian noise does
+not reach in a run's life, and 1.5x the height this run's own blips reach once every five
+blocks of 64 points (the 80th percentile of the last 32 block maxima, 2,048 points).  A blip
+the run throws every few hundred points sets its own bar, and one real spike moves only one
+block, so a run's rare real spikes do not hide the next (ten +25-35% jumps in 6,000 steps
+are all found).  The curves behind the defaults:
 
-    max(z, tail_margin x the tail_quantile of the last tail_blocks maxima of z per
-        tail_block points)
+* speedrun 1.5B (`ext_speedrun_scaleup_1p5b`, bench/labels tuning): one-step blips of 6-10
+  sigma every ~160 steps put its bar at 8-11 sigma, under 12 of its 13 labelled 1.6-1.9x
+  spikes; a margin of 2 loses half of them, the 90th percentile a third.
+* Megatron GPT-3 15B (bf16, loss every 5 iterations): the bar stays at 6 and its one +18%
+  point stands 14 sigmas out, its only alert; llm.c GPT-2 124M, a healthy run: no warning.
+* a small regression's minibatch MSE (tests/curves.py `regression_curve`): hundreds of
+  2-3x blips, none reported (only a few of its rarer 3-50x ones, as info); a margin of 1.25
+  reports some of the 2-3x ones.
 
-i.e. 1.5x the height the run's own blips reach once every ~5 blocks of 64 points (the
-80th percentile of the last 32 block maxima: 2,048 points), and never below 6 sigmas, which
-Gaussian noise does not reach in a run's lifetime.  A blip a run throws every few hundred
-points sets its own bar: the speedrun 1.5B run (`ext_speedrun_scaleup_1p5b`) throws 6-10
-sigma one-step blips every ~160 steps and is judged against 8-12 sigmas, which still
-catches its 1.6-1.9x spikes; a small regression's minibatch MSE with heavy-tailed targets
-(tests/curves.py `regression_curve`) throws 2-3x blips every few dozen steps and stays
-quiet; a smooth bf16 run (Megatron GPT-3 15B, loss every 5 iterations) keeps the 6-sigma
-floor and its +18% one-point spike stands 15 sigmas out.  Block maxima make the estimate
-robust: one spike moves one block of 32, so a run's rare real spikes do not hide the next.
-There is no ratio floor (a +0.6 nat jump at a 3.9-nat loss is a large event): only
-`min_quanta` representable steps of the stored precision, so a bf16 loss never alerts on
-rounding.  The rise must be sudden, most of its height gained within `rise_points` points,
-or it is a climb, which the trend detectors judge.
+There is no ratio floor (+0.6 nats on a 3.9-nat loss is a large event): only `min_quanta`
+representable steps of the stored precision, so a bf16 loss never alerts on rounding.  The
+rise must be sudden, most of its height gained within `rise_points` points; one not yet
+reported that keeps making new highs past that and past the fast horizon is a climb (an
+eval loss rising for 15 evaluations), left to the trend detectors.
 
-**Alert early, then refine.**  A spike whose first `confirm_points` (3) logged points are
-all above its recovery band fires at once as `pending` (warning; critical while the median
-of 3 points in a row stands `far_rise` over the level: 2x, "a loss that jumped and stayed"),
-as does one not back within the fast horizon.  A one-point spike back at the next point is
-not reported until its class is known, and then as fast-recovering (info).
+**Alert early, then refine.**  A spike whose first `confirm_points` (3) points all stand
+above its recovery band is reported at once as `pending` (a warning, critical while the
+median of 3 points in a row stands `far_rise` over the level: 2x, "a loss that jumped and
+stayed"), as is one not back within the fast horizon; its class then changes as data
+arrives.  A one-point spike back at the next point is reported only once its class is
+known, as fast-recovering (info), so LLM runs with frequent small spikes stay quiet.
 
-**Recovery and class.**  A spike is back when the loss is within its band (the level plus
-`recovery_z` sigmas of a median, or `recovery_tolerance` of the level): the median of the
-next `recovery_window` steps' points (a noisy minibatch loss dips into the band long before
-its mean is back), or with coarse logging `recovery_points` points in a row.  How long that
-took, in training steps, classifies it, against horizons in the run's own time:
+**Recovery and class, in the run's own time.**  A spike is back when the loss is within
+its band (the level plus `recovery_z` sigmas of a median, or `recovery_tolerance` of the
+level): the median of the next `recovery_window` steps' points (a noisy minibatch loss dips
+into the band long before its mean is back), or with coarse logging `recovery_points`
+points in a row.  Two sigmas, not three: the LR burst of sample_runs/lr_burst has its
+50-step mean back within 5% 161 steps after the burst (slow), where three called it back
+at 87.  How long that took, in training steps, classifies it:
 
-* fast_recovering: back within max(`fast_points` logged points, min(`fast_steps`,
-  `fast_share` of the run's age at the onset)).  BLOOM-176B came back in ~36 steps: fast;
-  the age share keeps a run logged once a day (CPM-Ant) from calling a 14-day recovery fast.
-* slow_recovering: back later, but within the watch horizon (max(`watch_points`,
-  `watch_steps`)): over a finished curve the class is the outcome, so the word-LM spike
-  logged every 200 batches that came back after ~6,000 steps (30 points) is slow.
-* divergent: not back within the slow horizon (max(`slow_points` points, min(`slow_steps`,
-  `slow_share` of the run's age)); IDEFICS-80B took ~200 steps, a 13B run ~500), or
-  settled at a higher level (no progress back over `settle_steps` / `settle_points`: the
-  104B run, 14 -> 7 and flat), still rising, or turned non-finite.  Live, this call stands
-  until the loss comes back within the watch horizon, when it becomes slow_recovering; it is
-  final once the watch horizon has passed.
+* fast_recovering: back within max(`fast_steps`, `fast_points` logged points).  BLOOM-176B
+  came back in ~36 steps; a run logging every 500 steps shows a fast spike as one point.
+* slow_recovering: back later.  IDEFICS-80B took ~200 steps, a 13B run ~500.
+* divergent: not back within the slow horizon (max(`slow_steps`, `slow_points` points,
+  `slow_share` of the run's age at the onset)), settled higher (no progress back over
+  `settle_steps` / `settle_points`: the 104B run, 14 -> 7 and flat), still rising, or
+  turned non-finite.  This is a live call: if the loss comes back within the watch
+  horizon (max(`watch_steps`, `watch_points` points, `watch_share` of the run's age)) the
+  spike becomes slow_recovering, so over a finished curve the class is the outcome (the
+  word-LM GRU logged every 200 batches, `ext2_wordlm_gru_b`, was back ~30 points after its
+  spike: slow, where "not back within 1000 steps" called it divergent).  Past the watch
+  horizon, divergent is final.
 * pending: none of the above can be told yet.
 
-Memory is bounded: the state holds the last `memory` points, 32 block maxima and the spikes
-being followed (at most `MAX_FOLLOWED`), whatever the run's length.
+The state holds the last `memory` points, 32 block maxima and the spikes being followed (at
+most `MAX_FOLLOWED`), whatever the run's length.
 """
 
 from __future__ import annotations
@@ -80,7 +88,7 @@ class SpikeConfig:
     rise_points: int = 5  # a spike gains most of its height within this many points; slower is a trend
     confirm_points: int = 3  # still above the band at its 3rd point: fires as pending
     far_rise: float = 1.0  # pending is critical while 3 points in a row stand 2x the level
-    recovery_z: float = 3.0  # back within 3 sigmas of the pre-spike level ...
+    recovery_z: float = 2.0  # back within 2 sigmas (of a median) of the pre-spike level ...
     recovery_tolerance: float = 0.05  # ... or within 5% of it
     recovery_window: int = 25  # steps whose median must be back (at most this many points)
     recovery_points: int = 2  # coarse logging: that many points in a row
@@ -202,7 +210,7 @@ class LossSpikeDetector:
             step[~finite],
         )
         first_step = state.first_step if state.first_step is not None or not len(step) else int(step[0])
-        base = trailing_baseline(w.value, c.baseline)
+        base = trailing_baseline(w.value, c.baseline, w.first)
         z = (w.value - base.level) / base.sigma
         threshold, tail, block_max = self._thresholds(state, z[w.new :])
 
