@@ -39,7 +39,9 @@ known, as fast-recovering (info), so LLM runs with frequent small spikes stay qu
 its band (the level plus `recovery_z` sigmas of a median, or `recovery_tolerance` of the
 level): the median of the next `recovery_window` steps' points (a noisy minibatch loss dips
 into the band long before its mean is back), or with coarse logging `recovery_points`
-points in a row.  Two sigmas, not three: the LR burst of sample_runs/lr_burst has its
+points in a row; a spike already back by its `confirm_points`-th point needs only the
+median of `quick_points` (5), so a one-point spike in a per-step log is reported as
+fast-recovering 5 steps after its onset, not 25.  Two sigmas, not three: the LR burst of sample_runs/lr_burst has its
 50-step mean back within 5% 161 steps after the burst (slow), where three called it back
 at 87.  How long that took, in training steps, classifies it:
 
@@ -92,6 +94,7 @@ class SpikeConfig:
     recovery_tolerance: float = 0.05  # ... or within 5% of it
     recovery_window: int = 25  # steps whose median must be back (at most this many points)
     recovery_points: int = 2  # coarse logging: that many points in a row
+    quick_points: int = 5  # one back by its confirm_points-th point: the median of 5 points is enough
     fast_steps: int = 100
     fast_points: int = 2
     slow_steps: int = 1000
@@ -131,6 +134,7 @@ class Followed(StreamState):
     seen: int  # last index the live calls were made at
     seen_step: int
     top_value: float  # the highest value up to `seen`
+    confirmed: bool | None  # its first `confirm_points` points all above the band (None: not seen yet)
     alerted: bool
     critical: bool
     why: str  # why it was called divergent; "" until it is
@@ -311,7 +315,7 @@ class LossSpikeDetector:
             threshold=float(threshold[i - w.new]), interval=interval, width=width, fast=fast, slow=slow,
             watch=watch, settle=max(c.settle_points, c.settle_steps // interval), searched=onset + 1, summed=onset,
             area=0.0, peak=onset, peak_step=int(s[i]), peak_value=float(w.value[i]), seen=onset - 1,
-            seen_step=int(s[i]), top_value=float(w.value[i]), alerted=False, critical=False, why="", nonfinite_step=None, recovered=False,
+            seen_step=int(s[i]), top_value=float(w.value[i]), confirmed=None, alerted=False, critical=False, why="", nonfinite_step=None, recovered=False,
             climb=False, end=None, end_step=None,
         )
 
@@ -324,6 +328,9 @@ class LossSpikeDetector:
             later = w.bad[w.bad > spike.onset_step]
             if len(later):
                 spike = replace(spike, nonfinite_step=int(later[0]), why=spike.why or f"turned non-finite at step {int(later[0])}")
+        o, n = w.at(spike.onset), self.config.confirm_points
+        if spike.confirmed is None and o + n <= len(w.value):
+            spike = replace(spike, confirmed=bool(np.all(w.value[o : o + n] > spike.band)))
         spike = self._search(spike, w)
         return self._live_calls(spike, w, w.at(spike.end) if spike.end is not None else len(w.value) - 1)
 
@@ -334,8 +341,13 @@ class LossSpikeDetector:
         back costs only the points it spans."""
         c = self.config
         s, v = w.step, w.value
-        span = spike.width if spike.width > 1 else c.recovery_points
-        lead = spike.width // 2 if spike.width > 1 else 0  # where a median's window stands
+        if spike.width == 1:
+            span, lead = c.recovery_points, 0
+        elif spike.confirmed is None:
+            return spike
+        else:  # a spike already back by its confirm_points-th point needs fewer points to tell
+            span = spike.width if spike.confirmed else min(spike.width, c.quick_points)
+            lead = span // 2  # where a median's window stands
         limit = spike.onset_step + spike.watch
         if spike.nonfinite_step is not None:
             limit = min(limit, spike.nonfinite_step - 1)
@@ -405,7 +417,7 @@ class LossSpikeDetector:
         why = spike.why or self._settled(spike, w, first, last)
         if not spike.alerted:
             over = (points - o > c.rise_points) & (s[first : last + 1] - spike.onset_step > spike.fast)
-            confirmed = (points == o + n - 1) & bool(o + n - 1 <= last and np.all(v[o : o + n] > spike.band))
+            confirmed = (points == o + n - 1) & bool(spike.confirmed)
             climbs = np.flatnonzero(over & (part > before + spike.sigma))
             alerts = np.flatnonzero(confirmed | over)
             if len(climbs) and (not len(alerts) or climbs[0] <= alerts[0]):
