@@ -147,7 +147,6 @@ class Followed(StreamState):
 
 @dataclass(frozen=True)
 class SpikeState(StreamState):
-    tag: str
     count: int  # finite points fed
     first_step: int | None
     steps: np.ndarray  # the last `memory` finite points
@@ -190,20 +189,24 @@ class LossSpikeDetector:
 
     def detect(self, series: Series) -> list[Finding]:
         """Every spike of one tag's current view: one feed of all of it."""
-        _, closed, still = self.feed(self.start(series.tag), series.step, series.value)
+        _, closed, still = self.feed(self.start(), series.step, series.value, series.tag)
         return sorted(closed + still, key=lambda f: f.start_step)
 
-    def start(self, tag: str = "") -> SpikeState:
+    def start(self) -> SpikeState:
         nothing = np.zeros(0)
-        return SpikeState(tag, 0, None, np.zeros(0, np.int64), nothing, nothing, -np.inf, 0, -1, ())
+        return SpikeState(0, None, np.zeros(0, np.int64), nothing, nothing, -np.inf, 0, -1, ())
 
-    def feed(self, state: SpikeState, step: np.ndarray, value: np.ndarray) -> tuple[SpikeState, list[Finding], list[Finding]]:
-        """The next points of the tag (sorted by step, after those fed before): the new
-        state, the findings now final, and those still open."""
+    def feed(
+        self, state: SpikeState, step: np.ndarray, value: np.ndarray, tag: str = ""
+    ) -> tuple[SpikeState, list[Finding], list[Finding]]:
+        """The next points of a tag (sorted by step, after those fed before): the new state,
+        the findings now final, and those still open (`tag` names them)."""
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            return self._feed(state, np.asarray(step, np.int64), np.asarray(value, np.float64))
+            return self._feed(state, np.asarray(step, np.int64), np.asarray(value, np.float64), tag)
 
-    def _feed(self, state: SpikeState, step: np.ndarray, value: np.ndarray) -> tuple[SpikeState, list[Finding], list[Finding]]:
+    def _feed(
+        self, state: SpikeState, step: np.ndarray, value: np.ndarray, tag: str
+    ) -> tuple[SpikeState, list[Finding], list[Finding]]:
         c = self.config
         finite = np.isfinite(value)
         w = _Window(
@@ -241,7 +244,6 @@ class LossSpikeDetector:
             resume_step = spike.onset_step + spike.slow
             onsets, steps = onsets[k + 1 :], steps[k + 1 :]
         new_state = SpikeState(
-            tag=state.tag,
             count=state.count + int(finite.sum()),
             first_step=first_step,
             steps=w.step[-self.memory :].copy(),
@@ -252,8 +254,8 @@ class LossSpikeDetector:
             resume_step=int(resume_step),
             followed=tuple(followed),
         )
-        done = [self._finding(state.tag, s, w) for s in closed if not s.climb]
-        still = [self._finding(state.tag, s, w) for s in followed if s.alerted and not s.climb]
+        done = [self._finding(tag, s, w) for s in closed if not s.climb]
+        still = [self._finding(tag, s, w) for s in followed if s.alerted and not s.climb]
         return new_state, done, still
 
     # -- onsets -------------------------------------------------------------------------

@@ -1,13 +1,13 @@
-"""What every streaming detector shares: state that is plain data, and the proof that
-feeding a series in pieces finds what one pass over it finds.
+"""What every streaming detector shares: its state as plain, copyable data, and the one
+way to feed a series to it in pieces.
 
-A streaming detector offers `start() -> State` and
-`feed(state, step, value) -> (state, closed, open)`: `step`/`value` are a tag's next points
-(finite or not, sorted by step, after the last fed), `closed` the findings that are final,
-`open` those still evolving, re-emitted by every feed until they close.  Its batch
-`detect(series)` is one feed of the whole series from `start()`, so the two agree by
-construction once each feed depends only on the points, never on where they were cut.
-"""
+A streaming detector offers `start() -> State` and `feed(state, step, value, tag) -> (State,
+closed, open)` (the tag only names the findings): `closed` findings are final, `open` ones are re-emitted by every feed until
+they close.  Feeding a series in any split gives the same findings as feeding it at once
+(`detect`), which is what `feed_in_pieces` lets a test check.  A state is a frozen
+dataclass of numbers, small numpy arrays and nested states, bounded in size whatever the
+run's length, with `to_dict()`/`from_dict()` to JSON-compatible data so the store can
+keep it."""
 
 from __future__ import annotations
 
@@ -23,83 +23,129 @@ import numpy as np
 
 from analyzers.findings import Finding
 
+_NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 S = TypeVar("S", bound="StreamState")
 
-_NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, StreamState):
+        return x.to_dict()
+    if isinstance(x, np.ndarray):
+        return {"dtype": x.dtype.str, "values": [_plain(v) for v in x.tolist()]}
+    if isinstance(x, float) and not math.isfinite(x):
+        return "NaN" if math.isnan(x) else ("Infinity" if x > 0 else "-Infinity")
+    if isinstance(x, tuple):
+        return [_plain(v) for v in x]
+    return x
+
+
+def _number(x: Any) -> Any:
+    return _NONFINITE.get(x, x) if isinstance(x, str) else x
+
+
+def _required(hint: Any) -> Any:
+    """`X` of a field typed `X | None` (an open incident that may be absent), else the hint."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return args[0] if len(args) == 1 else hint
+    return hint
+
+
+def _of_states(hint: Any) -> bool:
+    """Whether a field is typed `tuple[SomeState, ...]` (the incidents a detector follows)."""
+    args = typing.get_args(hint) if typing.get_origin(hint) is tuple else ()
+    return bool(args) and isinstance(args[0], type) and issubclass(args[0], StreamState)
 
 
 class StreamState:
-    """Mixin for a frozen dataclass of plain values, small numpy arrays, nested states and
-    tuples of them: `to_dict()` gives a JSON-compatible dict (non-finite floats spelled
-    "NaN", "Infinity", "-Infinity", as everywhere else in losswatch), `from_dict()` reads it
-    back equal."""
+    """Base of every detector state (mixed into frozen dataclasses)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: _encode(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
 
     @classmethod
     def from_dict(cls: type[S], data: dict[str, Any]) -> S:
         hints = typing.get_type_hints(cls)
-        return cls(**{f.name: _decode(hints[f.name], data[f.name]) for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
+        values = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            raw, hint = data[f.name], _required(hints[f.name])
+            if raw is None:
+                values[f.name] = None
+            elif isinstance(hint, type) and issubclass(hint, StreamState):
+                values[f.name] = hint.from_dict(raw)
+            elif isinstance(raw, dict) and "dtype" in raw:
+                values[f.name] = np.array([_number(v) for v in raw["values"]], dtype=np.dtype(raw["dtype"]))
+            elif isinstance(raw, list) and _of_states(hint):
+                values[f.name] = tuple(typing.get_args(hint)[0].from_dict(v) for v in raw)
+            elif isinstance(raw, list):
+                values[f.name] = tuple(_number(v) for v in raw)
+            else:
+                values[f.name] = _number(raw)
+        return cls(**values)
 
 
-def _encode(value: Any) -> Any:
-    if isinstance(value, StreamState):
-        return value.to_dict()
-    if isinstance(value, np.ndarray):
-        return {"dtype": value.dtype.str, "values": [_encode(v) for v in value.tolist()]}
-    if isinstance(value, (tuple, list)):
-        return [_encode(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    return value
+class Streaming(Protocol[S]):
+    def start(self) -> S: ...
+
+    def feed(self, state: S, step: np.ndarray, value: np.ndarray, tag: str = "") -> tuple[S, list[Finding], list[Finding]]: ...
 
 
-def _decode(hint: Any, value: Any) -> Any:
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        if value is None:
-            return None
-        hint = next(h for h in typing.get_args(hint) if h is not type(None))
-        origin = typing.get_origin(hint)
-    if hint is np.ndarray:
-        values = [_NONFINITE[v] if isinstance(v, str) else v for v in value["values"]]
-        return np.array(values, dtype=np.dtype(value["dtype"]))
-    if origin is tuple:
-        inner = typing.get_args(hint)[0]
-        return tuple(_decode(inner, v) for v in value)
-    if isinstance(hint, type) and issubclass(hint, StreamState):
-        return hint.from_dict(value)
-    if hint is float:
-        return _NONFINITE[value] if isinstance(value, str) else float(value)
-    return value
+def finite_points(step: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The finite points of a piece: what trend statistics are computed on (the arrays
+    themselves when every point is)."""
+    keep = np.isfinite(value)
+    if keep.all():
+        return np.asarray(step, np.int64), np.asarray(value, np.float64)
+    return np.asarray(step, np.int64)[keep], np.asarray(value, np.float64)[keep]
 
 
-class StreamingDetector(Protocol):
-    def start(self) -> Any: ...
-
-    def feed(self, state: Any, step: np.ndarray, value: np.ndarray) -> tuple[Any, list[Finding], list[Finding]]: ...
-
-
-def feed_in_pieces(detector: StreamingDetector, state: Any, step: np.ndarray, value: np.ndarray, cuts: Sequence[int]) -> list[Finding]:
-    """Feed a series cut at `cuts` (indices) from `state` (a detector's start), carrying the
-    state through JSON between feeds as a store would; every closed finding and the last
-    feed's open ones, by onset."""
+def feed_in_pieces(
+    detector: Streaming[Any], step: np.ndarray, value: np.ndarray, cuts: Sequence[int], tag: str = "",
+    roundtrip: bool = True, *, state: Any = None, checks: int = 0,
+) -> list[Finding]:
+    """Feed a series cut at `cuts` (indices), passing the state through `to_dict`/`from_dict`
+    between pieces when `roundtrip`; every closed finding and the last open ones.  `state`:
+    where to start (default `detector.start()`).  With `checks`, at that many piece ends
+    (spread out, the last one included) the findings so far and the state must equal those
+    of feeding the same points at once, or AssertionError says where they differ."""
+    first = detector.start() if state is None else state
+    state = first
     closed: list[Finding] = []
-    still: list[Finding] = []
+    still_open: list[Finding] = []
     bounds = [0, *sorted(set(c for c in cuts if 0 < c < len(step))), len(step)]
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        state, done, still = detector.feed(state, step[a:b], value[a:b])
+    ends = bounds[1:]
+    checked = set(ends[:: max(1, len(ends) // checks)] + ends[-1:]) if checks else set()
+    for a, b in zip(bounds, bounds[1:]):
+        if roundtrip:  # through JSON text, as a store would keep it
+            state = type(state).from_dict(json.loads(json.dumps(state.to_dict(), allow_nan=False)))
+        state, done, still_open = detector.feed(state, step[a:b], value[a:b], tag)
         closed += done
-        state = type(state).from_dict(json.loads(json.dumps(state.to_dict(), allow_nan=False)))
-    return sorted(closed + still, key=lambda f: (f.start_step, f.kind.value))
+        if b in checked:
+            whole, at_once, open_at_once = detector.feed(first, step[:b], value[:b], tag)
+            where = f"{tag or 'series'} after points 0-{b - 1} in {bounds.index(b)} pieces"
+            assert state.to_dict() == whole.to_dict(), f"{where}: state {state.to_dict()} != {whole.to_dict()}"
+            assert _in_order(closed + still_open) == _in_order(at_once + open_at_once), f"{where}: findings differ"
+    return closed + still_open
 
 
-def random_cuts(rng: np.random.Generator, n: int, pieces: int) -> list[int]:
-    """`pieces - 1` cut points in a series of `n` points, with one-point pieces likely."""
-    if n < 2 or pieces < 2:
-        return []
-    cuts = set(rng.integers(1, n, pieces - 1).tolist())
-    for c in list(cuts)[: max(1, pieces // 4)]:
-        cuts.add(min(n - 1, c + 1))  # a one-point piece
-    return sorted(cuts)
+def detect_at_once(detector: Streaming[Any], step: np.ndarray, value: np.ndarray, tag: str, state: Any = None) -> list[Finding]:
+    """A streaming detector's batch answer: every point fed at once, closed findings then open ones."""
+    _, closed, still_open = detector.feed(detector.start() if state is None else state, step, value, tag)
+    return closed + still_open
+
+
+def run_lengths(mask: np.ndarray, carried: int = 0) -> np.ndarray:
+    """Points in a row that are True, ending at each index (`carried` True ones before the
+    first): what a detector counts across pieces ("at the floor for 3 points")."""
+    idx = np.arange(len(mask))
+    last_false = np.maximum.accumulate(np.where(mask, -1, idx))
+    return np.where(last_false < 0, idx + 1 + carried, idx - last_false)
+
+
+def state_size(state: StreamState) -> int:
+    """Characters of a state's JSON form: what stays bounded whatever the run's length."""
+    return len(json.dumps(state.to_dict(), allow_nan=False))
+
+
+def _in_order(findings: list[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: (f.start_step, f.kind.value, f.tag, f.message))

@@ -13,20 +13,37 @@ from analyzers.findings import Kind
 from analyzers.roles import Role
 from analyzers.series import TagWrites, prepare_series
 from analyzers.spikes import LossSpikeDetector
-from analyzers.stream import feed_in_pieces, random_cuts
+from analyzers.stream import feed_in_pieces, state_size
 from app.analysis import tag_writes
 from app.ingest.sources import read_path
 from tests.conftest import REPO
 from tests.curves import clean_curve, labelled_corpus
 
+TAG = "train/loss"
 CORPUS = labelled_corpus()
-START = LossSpikeDetector().start("train/loss")
+
+
+def random_cuts(rng: np.random.Generator, n: int, pieces: int) -> list[int]:
+    """`pieces - 1` cut points in a series of `n` points, one-point pieces among them."""
+    if n < 2 or pieces < 2:
+        return []
+    cuts = set(rng.integers(1, n, pieces - 1).tolist())
+    cuts |= {min(n - 1, c + 1) for c in list(cuts)[: max(1, pieces // 4)]}
+    return sorted(cuts)
+
+
 SAMPLES = {name: run for name, run in read_path(str(REPO / "sample_runs")).runs.items()}
 
 
 def whole(step: np.ndarray, value: np.ndarray):
-    series = prepare_series("train/loss", Role.LOSS, TagWrites(step, value, np.zeros(len(step), np.int32)), {})
+    series = prepare_series(TAG, Role.LOSS, TagWrites(step, value, np.zeros(len(step), np.int32)), {})
     return LossSpikeDetector().detect(series)
+
+
+def in_pieces(step: np.ndarray, value: np.ndarray, cuts, checks: int = 0):
+    """Every finding of feeding the series in pieces, by onset (as `detect` gives them)."""
+    found = feed_in_pieces(LossSpikeDetector(), step, value, cuts, TAG, checks=checks)
+    return sorted(found, key=lambda f: f.start_step)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -35,7 +52,7 @@ def test_any_split_of_a_labelled_curve_finds_what_one_pass_finds(index, pieces, 
     curve = CORPUS[index]
     step, value = curve.steps, curve.tags["train/loss"]
     cuts = random_cuts(np.random.default_rng(seed), len(step), pieces)
-    assert feed_in_pieces(LossSpikeDetector(), START, step, value, cuts) == whole(step, value)
+    assert in_pieces(step, value, cuts, checks=2) == whole(step, value)
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -44,7 +61,7 @@ def test_any_split_of_a_sample_run_finds_what_one_pass_finds(name, pieces, seed)
     writes = tag_writes(SAMPLES[name])["train/loss"]
     series = prepare_series("train/loss", Role.LOSS, writes, {})
     cuts = random_cuts(np.random.default_rng(seed), len(series.step), pieces)
-    assert feed_in_pieces(LossSpikeDetector(), START, series.step, series.value, cuts) == LossSpikeDetector().detect(series)
+    assert in_pieces(series.step, series.value, cuts, checks=3) == LossSpikeDetector().detect(series)
 
 
 def test_one_point_appends_find_what_one_pass_finds():
@@ -54,7 +71,7 @@ def test_one_point_appends_find_what_one_pass_finds():
     for curve in picked.values():
         at = int(np.searchsorted(curve.steps, curve.truth[-1].step))
         step, value = curve.steps[at - 200 : at + 200], curve.tags["train/loss"][at - 200 : at + 200]
-        ones = feed_in_pieces(LossSpikeDetector(), START, step, value, range(1, len(step)))
+        ones = in_pieces(step, value, range(1, len(step)))
         assert ones == whole(step, value), curve.name
         assert bool(ones) == (curve.truth[-1].kind is Kind.LOSS_SPIKE), curve.name
 
@@ -67,7 +84,7 @@ def test_a_live_spike_split_around_its_onset_and_recovery():
     expected = whole(step, value)
     assert [f.start_step for f in expected] == [2000]
     for cuts in ([2000], [2001], [2002], [2149, 2150], [2999, 3000, 3001], list(range(1995, 2010))):
-        assert feed_in_pieces(LossSpikeDetector(), START, step, value, cuts) == expected, cuts
+        assert in_pieces(step, value, cuts, checks=len(cuts)) == expected, cuts
 
 
 def test_the_state_is_json_and_does_not_grow_with_the_run():
@@ -75,8 +92,8 @@ def test_the_state_is_json_and_does_not_grow_with_the_run():
     sizes = []
     for points in (5_000, 50_000):
         value = clean_curve(1, points=points, heavy_tails=True, noise=0.03).tags["train/loss"]
-        state, _, _ = detector.feed(detector.start("train/loss"), np.arange(points), value)
+        state, _, _ = detector.feed(detector.start(), np.arange(points), value, TAG)
         text = json.dumps(state.to_dict(), allow_nan=False)
         assert type(state).from_dict(json.loads(text)).to_dict() == state.to_dict()
-        sizes.append(len(text))
+        sizes.append(state_size(state))
     assert sizes[1] < 1.2 * sizes[0] and sizes[1] < 30_000

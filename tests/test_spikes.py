@@ -214,11 +214,11 @@ def test_the_2_to_3x_blips_of_a_regression_minibatch_loss_are_noise(seed):
 def feed_points(detector: LossSpikeDetector, values: np.ndarray, first: int = 0, chunk: int = 1):
     """Feed the points before `first` at once, then `chunk` at a time, as a live run posts
     them: for each point, (closed, open) of the feed that brought it."""
-    state = detector.start("train/loss")
-    state, closed, still = detector.feed(state, np.arange(first), values[:first])
+    state = detector.start()
+    state, closed, still = detector.feed(state, np.arange(first), values[:first], "train/loss")
     out = [(closed, still)] * first
     for i in range(first, len(values), chunk):
-        state, closed, still = detector.feed(state, np.arange(i, i + chunk)[: len(values) - i], values[i : i + chunk])
+        state, closed, still = detector.feed(state, np.arange(i, i + chunk)[: len(values) - i], values[i : i + chunk], "train/loss")
         out += [(closed, still)] * len(values[i : i + chunk])
     return out
 
