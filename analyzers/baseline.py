@@ -13,12 +13,11 @@ stream of appends.
   (128) points before, and 1.4826 x the median absolute deviation from it: the run's own
   robust spread around its level, lag and minibatch noise included (on the speedrun 1.5B
   logs a median 12% over a centred-median MAD; the spread of point-to-point differences
-  used before read its heavy-tailed noise 20-40% wider, hiding 12-sigma spikes).  Measured
-  once per `noise_block` (32) points, from the points before the block, so a spike never
-  widens the band it is measured by.  Medians of 128 points ignore the few points of an
-  earlier spike; a steep warmup, where the level lags most, widens it (the time the curve
-  is least predictable).  Both need `2 * min_points` values, so nothing is measured against
-  them before a run's 40th to 56th point.
+  used before read its heavy-tailed noise 20-40% wider, hiding 12-sigma spikes).  Both end
+  before the point, so a spike never widens the band it is measured by; medians of 128
+  points ignore the few points of an earlier spike; a steep warmup, where the level lags
+  most, widens it (the time the curve is least predictable).  Both need `2 * min_points`
+  values, so nothing is measured against them before a run's 40th point.
 * quantum: the spacing of representable values near the level at the precision the values
   are stored in (bf16 losses move in steps of 0.0078 near 1.5; the precision is what most of
   the last `noise_window` values needed): sigma is never below it, so rounding never raises
@@ -43,18 +42,15 @@ MAD_TO_SIGMA = 1.0 / 0.6744897501960817
 class BaselineConfig:
     window: int = 32  # points in the trailing median
     min_points: int = 8  # no baseline before this many points
-    noise_window: int = 128  # points whose residuals give the center and sigma ...
-    noise_block: int = 32  # ... of each block of this many points
+    noise_window: int = 128  # points whose residuals give the center and sigma
 
 
 class Baseline:
-    """The baseline of finite `values` (sorted by step); `offset`: the index of values[0]
-    among the tag's finite points, when they continue a stream (noise blocks are counted
-    from the tag's first point).  The level is computed at once, the rest when first asked
-    for (the grad-norm detector needs only the level)."""
+    """The baseline of finite `values` (sorted by step).  The level is computed at once,
+    the rest when first asked for (the grad-norm detector needs only the level)."""
 
-    def __init__(self, values: np.ndarray, config: BaselineConfig = BaselineConfig(), offset: int = 0) -> None:
-        self.values, self.config, self.offset = values, config, offset
+    def __init__(self, values: np.ndarray, config: BaselineConfig = BaselineConfig()) -> None:
+        self.values, self.config = values, config
         self.level = _shift(_rising_median(values, config), len(values))  # NaN where too few earlier points
 
     @cached_property
@@ -63,7 +59,7 @@ class Baseline:
 
     @cached_property
     def center(self) -> np.ndarray:
-        """The typical residual (value - level) before each point's noise block."""
+        """The typical residual (value - level) before each point."""
         return self._noise[0]
 
     @cached_property
@@ -73,28 +69,23 @@ class Baseline:
 
     @cached_property
     def _noise(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per point: the median residual over the `noise_window` points before its block,
-        1 where at least `2 * min_points` of them are known (NaN elsewhere), and 1.4826 x
-        their median absolute deviation.  Deviations of exactly zero are skipped: on a
-        coarse grid (a loss rounded to a few digits) most values repeat, and the spread is
-        the grid's step, not zero."""
-        n, size, window = len(self.values), self.config.noise_block, self.config.noise_window
+        """Per point, from the `noise_window` points before it: the median residual, 1 where
+        at least `2 * min_points` of them are known (NaN elsewhere), and 1.4826 x their
+        median absolute deviation from the center.  Deviations of exactly zero are skipped:
+        on a coarse grid (a loss rounded to a few digits) most values repeat, and the
+        spread is the grid's step, not zero."""
+        n, window, least = len(self.values), self.config.noise_window, 2 * self.config.min_points
         residual = self.values - self.level
-        first = -(self.offset % size)  # position of the block holding values[0]
-        padded = np.concatenate([np.full(window - first, np.nan), residual])  # position p at p + window - first
-        blocks = -(-(n - first) // size) if n else 0
-        rows = np.lib.stride_tricks.sliding_window_view(padded, window)[::size][:blocks]  # the points before each block
-        center = _row_median(rows)
-        deviation = np.abs(rows - center[:, None])
-        spread = _row_median(np.where(deviation > 0, deviation, np.nan)) * MAD_TO_SIGMA
-        known = np.where(np.sum(~np.isnan(rows), axis=1) >= 2 * self.config.min_points, 1.0, np.nan)
-        block = (np.arange(n) - first) // size
-        return center[block] * known[block], known[block], spread[block]
+        center = _shift(_move_median(residual, window, least), n)
+        deviation = np.abs(residual - center)
+        spread = _shift(_move_median(np.where(deviation > 0, deviation, np.nan), window, 1), n) * MAD_TO_SIGMA
+        known = np.where(_shift(_move_sum(np.isfinite(deviation).astype(np.float64), window), n) >= least, 1.0, np.nan)
+        return center * known, known, spread
 
 
 def memory(config: BaselineConfig) -> int:
     """Points before a point that its baseline depends on."""
-    return config.window + config.noise_window + config.noise_block
+    return config.window + 2 * config.noise_window
 
 
 def value_bits(values: np.ndarray) -> np.ndarray:
@@ -128,19 +119,9 @@ def quantum(level: np.ndarray, bits: np.ndarray | int) -> np.ndarray:
     return np.where(known, np.ldexp(1.0, exponent - 1 - bits), 0.0)
 
 
-def trailing_baseline(values: np.ndarray, config: BaselineConfig = BaselineConfig(), offset: int = 0) -> Baseline:
-    """Baseline of finite `values` (sorted by step); see `Baseline` for `offset`."""
-    return Baseline(values, config, offset)
-
-
-def _row_median(rows: np.ndarray) -> np.ndarray:
-    """Median of each row's values (NaN: absent), NaN for a row with none."""
-    ordered = np.sort(rows, axis=1)  # NaN last
-    count = np.sum(~np.isnan(rows), axis=1)
-    lo, hi = np.maximum(count - 1, 0) // 2, np.maximum(count, 1) // 2
-    below = np.take_along_axis(ordered, lo[:, None], axis=1)[:, 0]
-    above = np.take_along_axis(ordered, hi[:, None], axis=1)[:, 0]
-    return np.where(count > 0, (below + above) / 2, np.nan)
+def trailing_baseline(values: np.ndarray, config: BaselineConfig = BaselineConfig()) -> Baseline:
+    """Baseline of finite `values` (sorted by step)."""
+    return Baseline(values, config)
 
 
 def _shift(a: np.ndarray, n: int) -> np.ndarray:

@@ -66,6 +66,7 @@ most `MAX_FOLLOWED`), whatever the run's length.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import bottleneck as bn
 import numpy as np
@@ -217,7 +218,7 @@ class LossSpikeDetector:
             step[~finite],
         )
         first_step = state.first_step if state.first_step is not None or not len(step) else int(step[0])
-        base = trailing_baseline(w.value, c.baseline, w.first)
+        base = trailing_baseline(w.value, c.baseline)
         z = (w.value - base.level) / base.sigma
         threshold, tail, block_max = self._thresholds(state, z[w.new :])
 
@@ -329,10 +330,10 @@ class LossSpikeDetector:
         if spike.nonfinite_step is None:
             later = w.bad[w.bad > spike.onset_step]
             if len(later):
-                spike = replace(spike, nonfinite_step=int(later[0]), why=spike.why or f"turned non-finite at step {int(later[0])}")
+                spike = _evolve(spike, nonfinite_step=int(later[0]), why=spike.why or f"turned non-finite at step {int(later[0])}")
         o, n = w.at(spike.onset), self.config.confirm_points
         if spike.confirmed is None and o + n <= len(w.value):
-            spike = replace(spike, confirmed=bool(np.all(w.value[o : o + n] > spike.band)))
+            spike = _evolve(spike, confirmed=bool(np.all(w.value[o : o + n] > spike.band)))
         spike = self._search(spike, w)
         return self._live_calls(spike, w, w.at(spike.end) if spike.end is not None else len(w.value) - 1)
 
@@ -368,12 +369,12 @@ class LossSpikeDetector:
             beyond = np.flatnonzero(~valid)
             if len(hits) and (not len(beyond) or hits[0] < beyond[0]):
                 end = int(where[hits[0]])
-                return replace(self._sum(spike, w, end + 1), recovered=True, end=w.first + end, end_step=int(s[end]))
+                return _evolve(self._sum(spike, w, end + 1), recovered=True, end=w.first + end, end_step=int(s[end]))
             if len(beyond):
                 end = max(int(np.searchsorted(s, limit, side="right")) - 1, w.at(spike.summed) - 1)
                 why = spike.why if spike.nonfinite_step is not None else f"not back within {spike.watch} steps"
-                return replace(self._sum(spike, w, end + 1), why=why, end=w.first + end, end_step=int(s[end]))
-            spike = self._sum(replace(spike, searched=w.first + b + 1), w, min(b + 1 + lead, len(v)))
+                return _evolve(self._sum(spike, w, end + 1), why=why, end=w.first + end, end_step=int(s[end]))
+            spike = self._sum(_evolve(spike, searched=w.first + b + 1), w, min(b + 1 + lead, len(v)))
             a, piece = b + 1, piece * 4
         return spike
 
@@ -381,7 +382,7 @@ class LossSpikeDetector:
         """Final as divergent without an outcome: too many later spikes are followed."""
         end = len(w.value) - 1
         why = spike.why or f"not back within {spike.slow} steps"
-        return replace(self._sum(spike, w, end + 1), why=why, end=w.first + end, end_step=int(w.step[end]))
+        return _evolve(self._sum(spike, w, end + 1), why=why, end=w.first + end, end_step=int(w.step[end]))
 
     def _sum(self, spike: Followed, w: _Window, upto: int) -> Followed:
         """Take the points before position `upto` of the window into the area and peak."""
@@ -390,8 +391,8 @@ class LossSpikeDetector:
             return spike
         area, k, top = _excess(spike, w, a, upto)
         if top > spike.peak_value:
-            spike = replace(spike, peak=w.first + k, peak_step=int(w.step[k]), peak_value=top)
-        return replace(spike, summed=w.first + upto, area=area)
+            spike = _evolve(spike, peak=w.first + k, peak_step=int(w.step[k]), peak_value=top)
+        return _evolve(spike, summed=w.first + upto, area=area)
 
     def _live_calls(self, spike: Followed, w: _Window, last: int) -> Followed:
         """What a live run is told at each new point up to position `last`: alerted (still
@@ -423,11 +424,11 @@ class LossSpikeDetector:
             climbs = np.flatnonzero(over & (part > before + spike.sigma))
             alerts = np.flatnonzero(confirmed | over)
             if len(climbs) and (not len(alerts) or climbs[0] <= alerts[0]):
-                return replace(spike, climb=True)
+                return _evolve(spike, climb=True)
             alerted = bool(len(alerts)) or bool(why)
         else:
             alerted = True
-        return replace(
+        return _evolve(
             spike, alerted=alerted, critical=critical, why=why, seen=w.first + last, seen_step=int(s[last]),
             top_value=top_value,
         )
@@ -465,9 +466,9 @@ class LossSpikeDetector:
         if spike.end is None:  # open: up to the last point
             last = len(w.value)
             area, k, top = _excess(spike, w, w.at(spike.summed), last)
-            spike = replace(spike, area=area, end_step=None)
+            spike = _evolve(spike, area=area, end_step=None)
             if top > spike.peak_value:
-                spike = replace(spike, peak=w.first + k, peak_step=int(w.step[k]), peak_value=top)
+                spike = _evolve(spike, peak=w.first + k, peak_step=int(w.step[k]), peak_value=top)
             end = w.first + last - 1
         else:
             end = spike.end
@@ -511,6 +512,14 @@ class LossSpikeDetector:
             },
         )
         return replace(finding, message=_message(finding, why))
+
+
+def _evolve(spike: Followed, **changes: Any) -> Followed:
+    """`dataclasses.replace` without re-running the dataclass `__init__`, which was most of
+    the cost of following a spike through a feed."""
+    new = object.__new__(Followed)
+    new.__dict__.update(spike.__dict__, **changes)
+    return new
 
 
 def _percentile(rows: np.ndarray, q: float) -> np.ndarray:
