@@ -297,7 +297,9 @@ class LossSpikeDetector:
         hit = (z[w.new :] > threshold) & sudden & (excess > c.min_quanta * base.quantum[w.new :])
         return w.first + w.new + np.flatnonzero(hit)
 
-    def _begin(self, w: _Window, base: Baseline, onset: int, z: np.ndarray, threshold: np.ndarray, first_step: int | None) -> Followed:
+    def _begin(
+        self, w: _Window, base: Baseline, onset: int, z: np.ndarray, threshold: np.ndarray, first_step: int | None
+    ) -> Followed:
         """A spike at `onset`: its level, band and horizons in the run's own time."""
         c = self.config
         i = w.at(onset)
@@ -318,8 +320,8 @@ class LossSpikeDetector:
             threshold=float(threshold[i - w.new]), interval=interval, width=width, fast=fast, slow=slow,
             watch=watch, settle=max(c.settle_points, c.settle_steps // interval), searched=onset + 1, summed=onset,
             area=0.0, peak=onset, peak_step=int(s[i]), peak_value=float(w.value[i]), seen=onset - 1,
-            seen_step=int(s[i]), top_value=float(w.value[i]), confirmed=None, alerted=False, critical=False, why="", nonfinite_step=None, recovered=False,
-            climb=False, end=None, end_step=None,
+            seen_step=int(s[i]), top_value=float(w.value[i]), confirmed=None, alerted=False, critical=False,
+            why="", nonfinite_step=None, recovered=False, climb=False, end=None, end_step=None,
         )
 
     # -- following a spike ---------------------------------------------------------------
@@ -330,7 +332,8 @@ class LossSpikeDetector:
         if spike.nonfinite_step is None:
             later = w.bad[w.bad > spike.onset_step]
             if len(later):
-                spike = _evolve(spike, nonfinite_step=int(later[0]), why=spike.why or f"turned non-finite at step {int(later[0])}")
+                at = int(later[0])
+                spike = _evolve(spike, nonfinite_step=at, why=spike.why or f"turned non-finite at step {at}")
         o, n = w.at(spike.onset), self.config.confirm_points
         if spike.confirmed is None and o + n <= len(w.value):
             spike = _evolve(spike, confirmed=bool(np.all(w.value[o : o + n] > spike.band)))
