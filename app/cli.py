@@ -213,6 +213,8 @@ def scan(
 @click.option("--max-body-bytes", default=64 << 20, show_default=True, type=click.IntRange(min=1))
 @click.option("--max-points", default=1_000_000, show_default=True, type=click.IntRange(min=1),
               help="Most points one request may carry.")
+@click.option("--max-heavy-requests", default=2, show_default=True, type=click.IntRange(min=1),
+              help="Large posts and series reads served at once; more get 503 with Retry-After.")
 @click.option("--webhook", "webhooks", multiple=True, help="POST each alert change here (repeatable).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file of detector settings.")
 @click.option("--external-url", callback=_external_url,
@@ -220,8 +222,8 @@ def scan(
 @click.option("--insecure", is_flag=True, help="Run open: no request needs a token, even when tokens exist.")
 def serve(
     host: str, port: int, db_url: str | None, allowed_roots: tuple[str, ...], poll_interval: float,
-    analysis_interval: float, max_body_bytes: int, max_points: int, webhooks: tuple[str, ...],
-    config_file: str | None, external_url: str | None, insecure: bool,
+    analysis_interval: float, max_body_bytes: int, max_points: int, max_heavy_requests: int,
+    webhooks: tuple[str, ...], config_file: str | None, external_url: str | None, insecure: bool,
 ) -> None:
     """Run the HTTP service: ingest over HTTP, watched logdirs, the alerts API."""
     import uvicorn
@@ -236,8 +238,9 @@ def serve(
     store.close()
     settings = Settings(
         db_url=db_url, allowed_roots=allowed_roots, poll_interval=poll_interval, analysis_interval=analysis_interval,
-        max_body_bytes=max_body_bytes, max_points_per_request=max_points, webhooks=webhooks,
-        analysis=_load_config(config_file), auth=_auth_mode(host, protected, insecure), external_url=external_url,
+        max_body_bytes=max_body_bytes, max_points_per_request=max_points, max_heavy_requests=max_heavy_requests,
+        webhooks=webhooks, analysis=_load_config(config_file), auth=_auth_mode(host, protected, insecure),
+        external_url=external_url,
     )
     if insecure:
         click.echo("losswatch: --insecure: no request needs a token", err=True)

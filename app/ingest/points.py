@@ -11,11 +11,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# The largest step every layer stores and reads exactly: int64 columns, float64 arithmetic
-# (bucketing a plot's axis), and JSON readers whose numbers are doubles (JavaScript, the web
-# UI): 2^53 - 1.  Steps are integers 0 <= step <= MAX_STEP; anything else is a bad record.
-MAX_STEP = 2**53 - 1
-
 
 @dataclass(frozen=True, eq=False)
 class Points:

@@ -19,7 +19,7 @@ from app.service import errors, ui
 from app.service.auth import Gate
 from app.service.background import Background
 from app.service.headers import SecurityHeaders
-from app.service.limits import BodyLimit, BodyTooLarge
+from app.service.limits import BodyLimit, BodyTooLarge, Slots
 from app.service.metrics import Metrics
 from app.service.routes import alerts, ingest, logdirs, ops, runs
 from app.service.routes.run_names import EncodedRunNames
@@ -64,6 +64,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     app = FastAPI(title="losswatch", version=version("losswatch"), description=DESCRIPTION, lifespan=lifespan,
                   openapi_url=None, docs_url=None, redoc_url=None)  # served by ui.build_docs_router, behind READ
+    app.state.heavy = Slots(settings.max_heavy_requests)
     errors.install(app)
     app.add_exception_handler(errors.ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
@@ -85,7 +86,7 @@ async def _api_error(request: Request, e: errors.ApiError):
     """API errors answer JSON; a person's browser asked to sign in is sent to the login page."""
     if e.status == 401 and "text/html" in request.headers.get("accept", "") and not request.url.path.startswith("/v1/"):
         return RedirectResponse(request.url_for("ui_login"), status_code=303)
-    return JSONResponse(errors.error_body(e.code, e.message, e.details), status_code=e.status)
+    return JSONResponse(errors.error_body(e.code, e.message, e.details), status_code=e.status, headers=e.headers)
 
 
 async def _body_too_large(_: Request, e: BodyTooLarge) -> JSONResponse:

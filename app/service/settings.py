@@ -25,6 +25,7 @@ class Settings(BaseModel):
     allowed_roots: tuple[str, ...] = Field((), description="Directories under which logdirs may be registered.")
     max_body_bytes: int = Field(64 << 20, description="Larger request bodies get 413.")
     max_points_per_request: int = Field(1_000_000, description="More points in one request get 413.")
+    max_heavy_requests: int = Field(2, ge=1, description="Large posts and series reads served at once; more get 503.")
     poll_interval: float = Field(30.0, description="Seconds between scans of each watched logdir.")
     analysis_interval: float = Field(1.0, description="A run is analysed at most this often; busier runs are analysed in the background.")
     webhooks: tuple[str, ...] = Field((), description="Where alert changes are POSTed.")
