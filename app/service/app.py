@@ -14,6 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.service import errors, ui
 from app.service.auth import Gate
@@ -69,6 +70,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(errors.ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(BodyTooLarge, _body_too_large)
+    app.add_exception_handler(StarletteHTTPException, _no_route)
     app.add_middleware(EncodedRunNames)
     app.add_middleware(BodyLimit, ingest_bytes=settings.max_body_bytes)
     app.add_middleware(RequestLog)
@@ -91,6 +93,14 @@ async def _api_error(request: Request, e: errors.ApiError):
 
 async def _body_too_large(_: Request, e: BodyTooLarge) -> JSONResponse:
     return JSONResponse(errors.error_body("body_too_large", e.detail), status_code=413, headers={"Connection": "close"})
+
+
+async def _no_route(_: Request, e: StarletteHTTPException) -> JSONResponse:
+    """Starlette's own answers (no route matches, wrong method) in the API's error shape."""
+    code, message = {404: ("not_found", "no endpoint matches this URL"), 405: ("method_not_allowed", "this endpoint does not take that method")}.get(
+        e.status_code, ("http_error", str(e.detail))
+    )
+    return JSONResponse(errors.error_body(code, message), status_code=e.status_code, headers=e.headers)
 
 
 async def _invalid_request(_: Request, e: RequestValidationError) -> JSONResponse:

@@ -105,7 +105,7 @@ class Slots:
             if self._free == 0:
                 raise ApiError(
                     503, "busy",
-                    f"the service is busy with {self.size} large requests; retry in {RETRY_AFTER_SECONDS} s",
+                    f"the service is busy: all {self.size} slots for large requests are taken; retry in {RETRY_AFTER_SECONDS} s",
                     headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
                 )
             self._free -= 1

@@ -19,9 +19,9 @@ router = APIRouter(prefix="/v1/runs", tags=["ingest"], dependencies=[Depends(utf
 RunName = Path(..., description="The run; posted runs live under the source 'http'.")
 MAX_OFFSET = 2**62  # beyond any file; keeps offset arithmetic inside int64
 _ERRORS = {
-    400: {"model": Error}, 401: {"model": Error}, 403: {"model": Error}, 413: {"model": Error},
+    400: {"model": Error}, 401: {"model": Error}, 403: {"model": Error}, 404: {"model": Error}, 413: {"model": Error},
     415: {"model": Error}, 422: {"model": Error}, 503: {"model": Error},
-}
+}  # 404: a URL no route matches (a run name with a line break)
 
 _POINTS_BODY = {
     "requestBody": {

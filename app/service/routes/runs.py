@@ -24,11 +24,15 @@ router = APIRouter(prefix="/v1/runs", tags=["runs"], dependencies=[READ, Depends
 RunName = Depends(run_name)
 Source = Query(None, description="The run's source ('http' or a logdir path) when several runs share its name.")
 MAX_SOURCE_CHARS = 4096  # a logdir path
-_NOT_FOUND = {400: {"model": Error}, 404: {"model": Error}, 409: {"model": Error}, 422: {"model": Error}}
+_NOT_FOUND = {
+    400: {"model": Error}, 401: {"model": Error}, 403: {"model": Error}, 404: {"model": Error}, 409: {"model": Error},
+    422: {"model": Error},
+}
 _SERIES_ERRORS = {**_NOT_FOUND, 503: {"model": Error}}
+_AUTH = {401: {"model": Error}, 403: {"model": Error}}
 
 
-@router.get("", response_model=list[RunSummary], summary="Every run, with its open alerts")
+@router.get("", response_model=list[RunSummary], responses=_AUTH, summary="Every run, with its open alerts")
 def list_runs(request: Request) -> list[RunSummary]:
     with store_of(request).read() as conn:
         runs = stored_runs.list_runs(conn)
