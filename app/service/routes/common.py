@@ -69,6 +69,8 @@ async def read_body(request: Request, limit: int, claim: Claim | None = None) ->
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ApiError(413, "body_too_large", f"the body is {declared} bytes; the limit is {limit}")
+    if claim is not None and declared is not None and declared.isdigit() and int(declared) > HEAVY_BODY_BYTES:
+        claim.take()  # refused before reading a byte of it
     parts, size, sent = [], 0, 0
     async for chunk in request.stream():
         sent += len(chunk)
