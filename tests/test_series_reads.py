@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from analyzers.series import current_view
 from app.downsample import MinMaxSketch, minmax_indices
 from app.ingest.points import Points
 from app.ingest.restarts import Rollback
@@ -170,3 +171,17 @@ def test_series_bounds_are_checked(store_url):
         assert backwards.status_code == 422
         assert backwards.json()["error"]["message"] == "start (5) is after end (4)"
 
+
+
+def test_two_rollbacks_hide_what_the_lower_one_hides_in_the_series_and_in_analysis(store_url):
+    """A tag not rewritten between two resumes (to 800, then to 500) must lose steps 500-799
+    too: the current view judged only the resume right after the tag's last segment."""
+    with service(store_url) as client:
+        client.post("/v1/runs/twice/points", json=[{"step": s, "loss": 2.0} for s in range(1000)])
+        assert client.post("/v1/runs/twice/rollback", json={"to_step": 800}).status_code == 200
+        assert client.post("/v1/runs/twice/rollback", json={"to_step": 500}).status_code == 200
+        series = client.get("/v1/runs/twice/series", params={"tag": "loss", "max_points": 100_000}).json()
+        assert series["total"] == 500 and series["points"][-1][0] == 499
+    step, segment = np.arange(1000), np.zeros(1000, np.int32)
+    kept = current_view(np.zeros(1000, np.int8), step, segment, {1: 800, 2: 500})
+    assert kept.sum() == 500 and step[kept].max() == 499

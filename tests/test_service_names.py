@@ -30,7 +30,7 @@ def test_name_problems_word_for_word():
     assert name_problem("") == "is empty"
     assert name_problem("x" * 513) == "is 513 characters long; the limit is 512"
     assert name_problem("a\x00b") == "has a control character (U+0000) at character 2"
-    assert name_problem("ab\x85") == "has a control character (U+0085) at character 3"
+    assert name_problem("ab\x7f") == "has a control character (U+007F) at character 3"
     assert name_problem("\ud800") == "has a lone surrogate (U+D800) at character 1"
     assert name_problem("x" * 600, 4096) is None
 

@@ -1,8 +1,9 @@
 """What may name a run, a tag or a file: text every store keeps and every client reads back.
 
 PostgreSQL text cannot hold NUL, a lone surrogate cannot be encoded as UTF-8 (the JSON
-answers), and control characters break logs, terminals and the web UI; names are also
-bounded, so no name costs more than a line.
+answers), and control characters (U+0000-U+001F, U+007F) break logs, terminals and the web
+UI; names are also bounded, so no name costs more than a line.  The same characters are
+refused in tag and run names inside bodies (`app.ingest.textlogs`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import re
 
 MAX_NAME_CHARS = 512
 
-_UNFIT = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_UNFIT = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")  # the characters textlogs refuses in tags and runs
 
 
 def name_problem(name: str, max_chars: int = MAX_NAME_CHARS) -> str | None:
