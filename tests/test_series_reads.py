@@ -166,7 +166,9 @@ def test_series_bounds_are_checked(store_url):
         assert too_far.status_code == 422
         assert too_far.json()["error"]["details"][0]["where"] == "query.end"
         assert client.get("/v1/runs/b/series", params={"tag": "loss", "end": MAX_STEP}).status_code == 200
-        assert client.get("/v1/runs/b/series", params={"tag": "loss", "start": -1}).status_code == 422
+        assert client.get("/v1/runs/b/series", params={"tag": "loss", "start": -MAX_STEP - 1}).status_code == 422
+        below_zero = client.get("/v1/runs/b/series", params={"tag": "loss", "start": -50, "end": 10})  # a zoomed chart
+        assert below_zero.status_code == 200 and below_zero.json()["points"] == [[1, 1.0]]
         backwards = client.get("/v1/runs/b/series", params={"tag": "loss", "start": 5, "end": 4})
         assert backwards.status_code == 422
         assert backwards.json()["error"]["message"] == "start (5) is after end (4)"

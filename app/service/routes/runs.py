@@ -45,8 +45,8 @@ def series(
     request: Request,
     run: str = RunName,
     tag: str = Query(..., description="The tag"),
-    start: int | None = Query(None, ge=0, le=MAX_STEP, description="First step"),
-    end: int | None = Query(None, ge=0, le=MAX_STEP, description="Last step"),
+    start: int | None = Query(None, ge=-MAX_STEP, le=MAX_STEP, description="First step (a zoomed chart may ask from below 0)"),
+    end: int | None = Query(None, ge=-MAX_STEP, le=MAX_STEP, description="Last step"),
     max_points: int = Query(2000, ge=8, le=100_000, description="At most this many points: each stretch keeps its min and max, so spikes survive"),
     source: str | None = Source,
 ) -> SeriesResponse:
