@@ -204,6 +204,11 @@ def serve(
     from app.service.logs import log_config
     from app.service.settings import Settings
 
+    if delivery_lease <= longest_send(webhook_timeout):
+        _fail(
+            f"--delivery-lease {delivery_lease:g} is too short: sending one delivery may take "
+            f"{longest_send(webhook_timeout):g} s with --webhook-timeout {webhook_timeout:g}"
+        )
     store = _open_store(db_url)
     with store.read() as conn:
         protected = tokens.any_tokens(conn)
@@ -212,11 +217,6 @@ def serve(
         _fail(
             f"refusing to listen on {host} with no API token: anyone who can reach it could post and read. "
             "Create one with `losswatch token create NAME --scope write`, or pass --insecure"
-        )
-    if delivery_lease <= longest_send(webhook_timeout):
-        _fail(
-            f"--delivery-lease {delivery_lease:g} is too short: sending one delivery may take "
-            f"{longest_send(webhook_timeout):g} s with --webhook-timeout {webhook_timeout:g}"
         )
     settings = Settings(
         db_url=db_url, allowed_roots=allowed_roots, poll_interval=poll_interval, analysis_interval=analysis_interval,
