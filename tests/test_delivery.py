@@ -130,22 +130,22 @@ def test_two_service_processes_and_a_slow_receiver_deliver_each_change_once(pg_u
     assert_one_key_per_change(receiver, rows)
 
 
-def test_kill_9_while_sending_then_restart_delivers_every_change_resending_only_under_the_same_key(store_url):
+def test_kill_9_while_sending_then_restart_delivers_every_change_resending_only_under_the_same_key(pg_url):
     changes = 6
     # the third delivery is held until the sender has been killed: it reached the receiver,
     # but its outcome was never recorded
     with running(Receiver(delay=0.05, hold={3})) as receiver:
         args = ("--webhook", receiver.url, "--webhook-timeout", "0.5", "--delivery-lease", "6.5")
-        with server_process(store_url, *args) as (base, process):
+        with server_process(pg_url, *args) as (base, process):
             for i in range(changes):
                 assert httpx.post(f"{base}/v1/runs/r{i}/points", json=nan_run(), timeout=30).status_code == 200
             wait_for(lambda: receiver.holding == 1, timeout=60)
             process.send_signal(signal.SIGKILL)
             process.wait(timeout=30)
         receiver.release()
-        with server_process(store_url, *args):
-            wait_for(lambda: {r.status for r in stored_deliveries(store_url)} == {"delivered"}, timeout=60)
-    rows = stored_deliveries(store_url)
+        with server_process(pg_url, *args):
+            wait_for(lambda: {r.status for r in stored_deliveries(pg_url)} == {"delivered"}, timeout=60)
+    rows = stored_deliveries(pg_url)
     assert len(rows) == changes
     counts = receiver.keys()
     assert len(counts) == changes  # every change arrived, each under one key
@@ -153,7 +153,8 @@ def test_kill_9_while_sending_then_restart_delivers_every_change_resending_only_
     assert_one_key_per_change(receiver, rows)
 
 
-def test_deferred_analysis_goes_on_while_the_webhook_receiver_hangs(store_url):
+def test_deferred_analysis_goes_on_while_the_webhook_receiver_hangs(tmp_path):
+    store_url = f"sqlite:///{tmp_path / 'store.db'}"
     with running(Receiver(hold={1})) as receiver:
         args = ("--webhook", receiver.url, "--webhook-timeout", "60", "--delivery-lease", "600",
                 "--analysis-interval", "3")
