@@ -68,8 +68,7 @@ class Background:
     async def _repeat(self, name: str, work: Callable[[], None], wake: asyncio.Event) -> None:
         failing = False
         while not self._stopping.is_set():
-            # shielded: a cancelled loop still waits for its thread's step (see `run`)
-            failing = await asyncio.shield(asyncio.to_thread(self._guarded, name, work, failing))
+            failing = await asyncio.to_thread(self._guarded, name, work, failing)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), timeout=TICK)
             wake.clear()
