@@ -11,6 +11,7 @@ import json
 import sys
 import time
 import tomllib
+from urllib.parse import urlsplit
 
 import click
 import httpx
@@ -32,6 +33,21 @@ _db_option = click.option(
     "--db", "db_url", envvar="LOSSWATCH_DB", show_envvar=True,
     help="Store URL: sqlite:///FILE or postgresql://... (default: a SQLite file in the user state directory).",
 )
+
+def _external_url(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """scheme://host[:port] with no path: the origin browsers see."""
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    try:
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        port_ok = False
+    if (parts.scheme not in ("http", "https") or not parts.hostname or not port_ok or parts.path.strip("/")
+            or parts.query or parts.fragment):
+        raise click.BadParameter(f"{value!r} is not http(s)://HOST[:PORT]")
+    return f"{parts.scheme}://{parts.netloc}"
+
 
 EXIT_ALERTS = 1
 EXIT_INPUT_ERROR = 2
@@ -94,12 +110,21 @@ def analyze(paths: tuple[str, ...], fmt: str, config_file: str | None, fail_on: 
     or trainer_state log).  Stateless: each call reads and analyses everything."""
     config = _load_config(config_file)
     reads = [(path, _read(path, strict)) for path in paths]
-    alerts = [alert for path, read in reads for run in read.runs.values() for alert in analysis.analyze(path, run, config)]
+    alerts, failed = [], 0
+    for path, read in reads:
+        for run in read.runs.values():
+            try:
+                alerts += analysis.analyze(path, run, config)
+            except analysis.AnalysisFailed as e:  # reported; every other run is still analysed
+                click.echo(f"losswatch: {e}", err=True)
+                failed += 1
     if fmt == "json":
         click.echo(json.dumps({"runs": [_run_summary(p, r) for p, read in reads for r in read.runs.values()],
                                "alerts": [a.to_dict() for a in alerts]}, indent=2))
     else:
         click.echo(render_table(alerts, sum(len(read.runs) for _, read in reads)))
+    if failed:
+        sys.exit(EXIT_INPUT_ERROR)
     if fail_on != "never" and any(a.finding.severity >= Severity[fail_on.upper()] for a in alerts):
         sys.exit(EXIT_ALERTS)
 
@@ -121,7 +146,7 @@ def plot(path: str, run_name: str | None, tag: str | None, output: str) -> None:
         fmt = plots.image_format(output)
         run = plots.pick_run(path, _read(path, False).runs, run_name)
         plots.write_image(plots.draw_run(path, run, tag), output, fmt)
-    except plots.PlotError as e:
+    except (plots.PlotError, analysis.AnalysisFailed) as e:
         _fail(str(e))
 
 
@@ -145,13 +170,20 @@ def scan(
     config = _load_config(config_file)
     store = _open_store(db_url)
     progress = _progress("scanning runs") if sys.stderr.isatty() else None
+    reporter = scanner.Reporter.new()
     try:
         with httpx.Client() as client:
-            outcome = scanner.scan(store, list(paths), config=config, webhooks=list(webhooks), client=client, progress=progress)
+            outcome = scanner.scan(
+                store, list(paths), config=config, webhooks=list(webhooks), client=client, progress=progress,
+                reporter=reporter,
+            )
     except IngestError as e:
         _report(e.problems)
         sys.exit(EXIT_INPUT_ERROR)
     _report(outcome.problems)
+    if outcome.earlier:
+        click.echo(f"losswatch: {outcome.earlier} changes committed by an earlier scan that stopped before "
+                   "printing them come first", err=True)
     for failure in outcome.deliveries.failed:
         click.echo(f"losswatch: webhook delivery failed (will retry on the next scan): {failure}", err=True)
     summary = (
@@ -160,6 +192,8 @@ def scan(
     )
     open_records = scanner.open_alerts(store, list(paths)) if show_all else []
     click.echo(_render_scan(fmt, outcome, summary, open_records, show_all))
+    sys.stdout.flush()
+    scanner.printed(store, reporter)
     worst = [Severity[e.event.record.severity.upper()] for e in outcome.events if e.event.change.value != "resolved"]
     if show_all:
         worst += [Severity[r.severity.upper()] for r in open_records if r.state.value == "firing"]
@@ -182,7 +216,9 @@ def scan(
               help="Most points one request may carry.")
 @click.option("--webhook", "webhooks", multiple=True, help="POST each alert change here (repeatable).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file of detector settings.")
-@click.option("--insecure", is_flag=True, help="Listen beyond loopback even though no API token exists.")
+@click.option("--external-url", callback=_external_url,
+              help="The URL browsers reach the service at (https://... makes the sign-in cookie Secure).")
+@click.option("--insecure", is_flag=True, help="Run open: no request needs a token, even when tokens exist.")
 @click.option("--db-connect-timeout", default=5.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Seconds to wait for a database connection.")
 @click.option("--db-statement-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
@@ -194,8 +230,8 @@ def scan(
 def serve(
     host: str, port: int, db_url: str | None, allowed_roots: tuple[str, ...], poll_interval: float,
     analysis_interval: float, max_body_bytes: int, max_points: int, webhooks: tuple[str, ...],
-    config_file: str | None, insecure: bool, db_connect_timeout: float, db_statement_timeout: float,
-    webhook_timeout: float, delivery_lease: float,
+    config_file: str | None, external_url: str | None, insecure: bool, db_connect_timeout: float,
+    db_statement_timeout: float, webhook_timeout: float, delivery_lease: float,
 ) -> None:
     """Run the HTTP service: ingest over HTTP, watched logdirs, the alerts API."""
     import uvicorn
@@ -213,17 +249,15 @@ def serve(
     with store.read() as conn:
         protected = tokens.any_tokens(conn)
     store.close()
-    if not protected and not _loopback(host) and not insecure:
-        _fail(
-            f"refusing to listen on {host} with no API token: anyone who can reach it could post and read. "
-            "Create one with `losswatch token create NAME --scope write`, or pass --insecure"
-        )
     settings = Settings(
         db_url=db_url, allowed_roots=allowed_roots, poll_interval=poll_interval, analysis_interval=analysis_interval,
         max_body_bytes=max_body_bytes, max_points_per_request=max_points, webhooks=webhooks,
-        analysis=_load_config(config_file), db_connect_timeout=db_connect_timeout,
-        db_statement_timeout=db_statement_timeout, webhook_timeout=webhook_timeout, delivery_lease=delivery_lease,
+        analysis=_load_config(config_file), auth=_auth_mode(host, protected, insecure), external_url=external_url,
+        db_connect_timeout=db_connect_timeout, db_statement_timeout=db_statement_timeout,
+        webhook_timeout=webhook_timeout, delivery_lease=delivery_lease,
     )
+    if insecure:
+        click.echo("losswatch: --insecure: no request needs a token", err=True)
     uvicorn.run(create_app(settings), host=host, port=port, log_config=log_config(), access_log=False,
                 timeout_graceful_shutdown=30)
 
@@ -264,10 +298,32 @@ def token_list(db_url: str | None) -> None:
 @click.argument("name")
 @_db_option
 def token_revoke(name: str, db_url: str | None) -> None:
-    """Delete a token: requests bearing it are refused from now on."""
+    """Delete a token: requests bearing it are refused from now on (within 5 s)."""
     with _open_store(db_url).write() as conn:
         if not tokens.revoke_token(conn, name):
             _fail(f"no token called {name!r}")
+        last = not tokens.any_tokens(conn)
+    if last:
+        click.echo(
+            f"losswatch: revoked {name!r}, the last token: a service that needed tokens stays locked (401 on every "
+            "request but /healthz and /metrics) until `losswatch token create` makes a new one", err=True,
+        )
+
+
+def _auth_mode(host: str, protected: bool, insecure: bool) -> str:
+    """Whether the service will need tokens, decided once, before it starts (see
+    app/service/auth.py): open only when asked to be, or on loopback until the first token."""
+    if insecure:
+        return "open"
+    if protected:
+        return "required"
+    if _loopback(host):
+        return "until_first_token"
+    _fail(
+        f"refusing to listen on {host} with no API token: anyone who can reach it could post and read. "
+        "Create one with `losswatch token create NAME --scope write`, or pass --insecure"
+    )
+    raise AssertionError("unreachable")
 
 
 def _loopback(host: str) -> bool:

@@ -25,7 +25,7 @@ schemathesis.openapi.media_type(
 )
 
 ROOT = Path(tempfile.mkdtemp(prefix="lw-schemathesis-"))
-APP = create_app(Settings(db_url=f"sqlite:///{ROOT / 'store.db'}", allowed_roots=(str(ROOT),), background=False))
+APP = create_app(Settings(db_url=f"sqlite:///{ROOT / 'store.db'}", allowed_roots=(str(ROOT),), background=False, auth="open"))
 schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
 
 

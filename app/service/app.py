@@ -16,10 +16,13 @@ from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 from app.service import errors, ui
-from app.service.auth import TokenCache
+from app.service.auth import Gate
 from app.service.background import Background
+from app.service.headers import SecurityHeaders
+from app.service.limits import BodyLimit, BodyTooLarge
 from app.service.metrics import Metrics
 from app.service.routes import alerts, ingest, logdirs, ops, runs
+from app.service.routes.run_names import EncodedRunNames
 from app.service.settings import Settings
 from app.store.db import Timeouts, open_store
 
@@ -44,7 +47,8 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.store = store
         app.state.settings = settings
         app.state.metrics = Metrics(store)
-        app.state.tokens = TokenCache(store)
+        app.state.gate = Gate(store, settings.auth)
+        log.info("auth", extra={"mode": settings.auth, "locked": app.state.gate.locked()})
         background = Background(store, settings, app.state.metrics, client)
         app.state.wake_poller = background.wake
         task = asyncio.create_task(background.run()) if settings.background else None
@@ -58,13 +62,19 @@ def create_app(settings: Settings) -> FastAPI:
             client.close()
             store.close()
 
-    app = FastAPI(title="losswatch", version=version("losswatch"), description=DESCRIPTION, lifespan=lifespan)
+    app = FastAPI(title="losswatch", version=version("losswatch"), description=DESCRIPTION, lifespan=lifespan,
+                  openapi_url=None, docs_url=None, redoc_url=None)  # served by ui.build_docs_router, behind READ
     errors.install(app)
     app.add_exception_handler(errors.ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_exception_handler(BodyTooLarge, _body_too_large)
+    app.add_middleware(EncodedRunNames)
+    app.add_middleware(BodyLimit, ingest_bytes=settings.max_body_bytes)
     app.add_middleware(RequestLog)
+    app.add_middleware(SecurityHeaders)
     for router in (ingest.router, runs.router, alerts.router, logdirs.router, ops.router):
         app.include_router(router)
+    app.include_router(ui.build_docs_router())
     app.include_router(ui.build_login_router())
     app.include_router(ui.build_router())
     app.mount("/static", StaticFiles(directory=ui.STATIC), name="static")
@@ -76,6 +86,10 @@ async def _api_error(request: Request, e: errors.ApiError):
     if e.status == 401 and "text/html" in request.headers.get("accept", "") and not request.url.path.startswith("/v1/"):
         return RedirectResponse(request.url_for("ui_login"), status_code=303)
     return JSONResponse(errors.error_body(e.code, e.message, e.details), status_code=e.status)
+
+
+async def _body_too_large(_: Request, e: BodyTooLarge) -> JSONResponse:
+    return JSONResponse(errors.error_body("body_too_large", e.detail), status_code=413, headers={"Connection": "close"})
 
 
 async def _invalid_request(_: Request, e: RequestValidationError) -> JSONResponse:

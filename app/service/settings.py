@@ -3,12 +3,20 @@ the environment or built at import."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from analyzers.config import AnalysisConfig
 from app.alerts.webhooks import longest_send
 
 HTTP_SOURCE = "http"  # the source of runs posted to the service, beside logdir paths
+
+# How the service authenticates, decided once when it starts (see app/service/auth.py):
+#   required           a token on every request but the public routes, for the process's life;
+#   until_first_token  open until the store holds a token, then required for good (loopback only);
+#   open               no token is ever checked (`serve --insecure`).
+AuthMode = Literal["required", "until_first_token", "open"]
 
 
 class Settings(BaseModel):
@@ -22,6 +30,10 @@ class Settings(BaseModel):
     analysis_interval: float = Field(1.0, description="A run is analysed at most this often; busier runs are analysed in the background.")
     webhooks: tuple[str, ...] = Field((), description="Where alert changes are POSTed.")
     analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
+    auth: AuthMode = Field("required", description="required, until_first_token or open: fixed for the process's life.")
+    external_url: str | None = Field(
+        None, description="The URL browsers reach the service at (scheme://host[:port]): the Origin writes must come "
+                          "from, and https makes the sign-in cookie Secure.")
     background: bool = Field(True, description="Run the logdir poller, deferred analysis and deliveries.")
     db_connect_timeout: float = Field(5.0, gt=0, description="Seconds to wait for a database connection.")
     db_statement_timeout: float = Field(

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 
 from analyzers.roles import infer_role
-from analyzers.series import current_view
+from analyzers.series import current_view, resume_steps
 from app.downsample import minmax_indices
 from app.ingest.points import json_number
 from app.service.auth import READ
@@ -14,12 +14,13 @@ from app.service.errors import ApiError
 from app.service.models import AlertView, Error, RunDetail, RunSummary, SeriesResponse
 from app.service.routes.alerts import alert_view
 from app.service.routes.common import one_run, store_of
+from app.service.routes.run_names import run_name
 from app.store import alerts as stored_alerts
 from app.store import runs as stored_runs
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], dependencies=[READ])
 
-RunName = Path(..., min_length=1, max_length=512)
+RunName = Depends(run_name)
 Source = Query(None, description="The run's source ('http' or a logdir path) when several runs share its name.")
 _NOT_FOUND = {404: {"model": Error}, 409: {"model": Error}}
 
@@ -48,7 +49,7 @@ def series(
         resumes = stored_runs.load_resumes(conn, found.id)
     if writes is None:
         raise ApiError(404, "not_found", f"run {run!r} has no tag {tag!r}")
-    keep = current_view(np.zeros(len(writes.step), np.int8), writes.step, writes.segment, {r.segment: r.to_step for r in resumes})
+    keep = current_view(np.zeros(len(writes.step), np.int8), writes.step, writes.segment, resume_steps(resumes, tag))
     step, value = writes.step[keep], writes.value[keep]
     order = np.argsort(step, kind="stable")
     step, value = step[order], value[order]
@@ -87,5 +88,5 @@ def get_run(request: Request, run: str = RunName, source: str | None = Source) -
 def _summary(run, counts: dict[str, int]) -> RunSummary:
     return RunSummary(
         source=run.source, name=run.name, points=run.points, last_step=run.last_step, updated_at=run.updated_at,
-        open_alerts={s: counts.get(s, 0) for s in ("critical", "warning", "info")},
+        open_alerts={s: counts.get(s, 0) for s in ("critical", "warning", "info")}, analysis_error=run.analysis_error,
     )

@@ -1,7 +1,7 @@
 """delivery claims: an idempotency key per delivery, and the claim that may send it
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0006
+Revises: 0005
 """
 
 import uuid
@@ -9,8 +9,8 @@ import uuid
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0004'
-down_revision = '0003'
+revision = '0006'
+down_revision = '0005'
 branch_labels = None
 depends_on = None
 
