@@ -29,6 +29,7 @@ bench: install-test
 	$(BIN)/python bench/scan.py
 	$(BIN)/python bench/api.py
 	$(BIN)/python bench/memory.py
+	$(BIN)/python bench/chaos.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info app/ingest/_tfrecord.c app/ingest/*.so

@@ -21,6 +21,7 @@ from analyzers.config import AnalysisConfig, ConfigError
 from analyzers.findings import Severity
 from app import analysis
 from app import scan as scanner
+from app.alerts.webhooks import longest_send
 from app.export import FORMATS, runs_frame, write_frame
 from app.ingest.problems import IngestError, Problem
 from app.ingest.sources import PathRead, read_path
@@ -220,10 +221,19 @@ def scan(
 @click.option("--external-url", callback=_external_url,
               help="The URL browsers reach the service at (https://... makes the sign-in cookie Secure).")
 @click.option("--insecure", is_flag=True, help="Run open: no request needs a token, even when tokens exist.")
+@click.option("--db-connect-timeout", default=5.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds to wait for a database connection.")
+@click.option("--db-statement-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds one database statement may take, lock waits included; past it the request gets 503.")
+@click.option("--webhook-timeout", default=5.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds for each step of a webhook request: connecting, sending, awaiting the answer.")
+@click.option("--delivery-lease", default=120.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds a claimed webhook delivery is held; if its process dies, another sends it after this.")
 def serve(
     host: str, port: int, db_url: str | None, allowed_roots: tuple[str, ...], poll_interval: float,
     analysis_interval: float, max_body_bytes: int, max_points: int, max_heavy_requests: int,
     webhooks: tuple[str, ...], config_file: str | None, external_url: str | None, insecure: bool,
+    db_connect_timeout: float, db_statement_timeout: float, webhook_timeout: float, delivery_lease: float,
 ) -> None:
     """Run the HTTP service: ingest over HTTP, watched logdirs, the alerts API."""
     import uvicorn
@@ -232,6 +242,11 @@ def serve(
     from app.service.logs import log_config
     from app.service.settings import Settings
 
+    if delivery_lease <= longest_send(webhook_timeout):
+        _fail(
+            f"--delivery-lease {delivery_lease:g} is too short: sending one delivery may take "
+            f"{longest_send(webhook_timeout):g} s with --webhook-timeout {webhook_timeout:g}"
+        )
     store = _open_store(db_url)
     with store.read() as conn:
         protected = tokens.any_tokens(conn)
@@ -240,7 +255,8 @@ def serve(
         db_url=db_url, allowed_roots=allowed_roots, poll_interval=poll_interval, analysis_interval=analysis_interval,
         max_body_bytes=max_body_bytes, max_points_per_request=max_points, max_heavy_requests=max_heavy_requests,
         webhooks=webhooks, analysis=_load_config(config_file), auth=_auth_mode(host, protected, insecure),
-        external_url=external_url,
+        external_url=external_url, db_connect_timeout=db_connect_timeout, db_statement_timeout=db_statement_timeout,
+        webhook_timeout=webhook_timeout, delivery_lease=delivery_lease,
     )
     if insecure:
         click.echo("losswatch: --insecure: no request needs a token", err=True)

@@ -25,7 +25,7 @@ from app.service.metrics import Metrics
 from app.service.routes import alerts, ingest, logdirs, ops, runs
 from app.service.routes.run_names import EncodedRunNames
 from app.service.settings import Settings
-from app.store.db import open_store
+from app.store.db import Timeouts, open_store
 
 log = logging.getLogger("losswatch.http")
 
@@ -43,7 +43,7 @@ logdir (`POST /v1/logdirs`), then read runs, series and alerts. Authenticate wit
 def create_app(settings: Settings) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = open_store(settings.db_url)
+        store = open_store(settings.db_url, Timeouts(settings.db_connect_timeout, settings.db_statement_timeout))
         client = httpx.Client()
         app.state.store = store
         app.state.settings = settings

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from analyzers.config import AnalysisConfig
+from app.alerts.webhooks import longest_send
 
 HTTP_SOURCE = "http"  # the source of runs posted to the service, beside logdir paths
 
@@ -35,3 +36,21 @@ class Settings(BaseModel):
         None, description="The URL browsers reach the service at (scheme://host[:port]): the Origin writes must come "
                           "from, and https makes the sign-in cookie Secure.")
     background: bool = Field(True, description="Run the logdir poller, deferred analysis and deliveries.")
+    db_connect_timeout: float = Field(5.0, gt=0, description="Seconds to wait for a database connection.")
+    db_statement_timeout: float = Field(
+        30.0, gt=0, description="Seconds one database statement (lock waits included) may take; past it the request gets 503."
+    )
+    webhook_timeout: float = Field(5.0, gt=0, description="Seconds for each step of a webhook request (connect, send, answer).")
+    delivery_lease: float = Field(
+        120.0, gt=0, description="Seconds a claimed delivery is held; one its process never finished is sent again after it."
+    )
+
+    @model_validator(mode="after")
+    def _lease_outlasts_a_send(self) -> Settings:
+        longest = longest_send(self.webhook_timeout)
+        if self.delivery_lease <= longest:
+            raise ValueError(
+                f"the delivery lease ({self.delivery_lease:g} s) must be longer than sending one delivery may take "
+                f"with a {self.webhook_timeout:g} s webhook timeout ({longest:g} s)"
+            )
+        return self
