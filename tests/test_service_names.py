@@ -75,3 +75,15 @@ def test_nul_in_a_run_name_on_postgresql_in_a_real_server(pg_url):
         assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_name"
         good = httpx.post(f"{base}/v1/runs/p/points", json=POINT)
         assert good.status_code == 200 and good.json()["accepted"] == 1
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "expected"),
+    [
+        ("/run", {"name": "a\x00b"}, (422, "invalid_name", "run name 'a\\x00b' has a control character (U+0000) at character 2")),
+        ("/run", {"name": "x", "source": "s\x00"}, (422, "invalid_name", "source 's\\x00' has a control character (U+0000) at character 2")),
+        ("/alert/ab%00cd", None, (404, "not_found", "no alert 'ab\\x00cd'")),
+    ],
+)
+def test_the_web_pages_check_names_too(client, path, params, expected):
+    assert error_of(client.get(path, params=params)) == expected

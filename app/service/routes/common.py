@@ -26,8 +26,15 @@ def settings_of(request: Request) -> Settings:
     return request.app.state.settings
 
 
+MAX_SOURCE_CHARS = 4096  # a source is a logdir path: longer than a name may be
+
+
 def one_run(conn: Connection, name: str, source: str | None) -> StoredRun:
-    """The run called `name`: 404 if there is none, 409 if several logdirs have one."""
+    """The run called `name`: 404 if there is none, 409 if several logdirs have one; 422 for
+    a name or source no run can have (the API's routes and the UI's pages look runs up here)."""
+    checked_name(name, "run name")
+    if source is not None:
+        checked_name(source, "source", MAX_SOURCE_CHARS)
     found = stored_runs.find_runs(conn, name, source)
     if not found:
         raise ApiError(404, "not_found", f"no run {name!r}" + (f" in {source!r}" if source else ""))
