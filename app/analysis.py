@@ -13,6 +13,7 @@ import numpy as np
 from analyzers.analyze import analyze_run
 from analyzers.config import AnalysisConfig
 from analyzers.findings import Finding, Kind
+from analyzers.health import RunHealth, run_health
 from analyzers.series import Resume, TagWrites, prepare_run
 from app.ingest.logdir import Run
 
@@ -50,9 +51,9 @@ class Alert:
         }
 
 
-# Patterns judged on the trend over many points: their onset moves as data arrives, so it
-# is not part of their identity (one of each per tag at a time).
-_ONSET_FREE = {Kind.PLATEAU.value, Kind.DIVERGENCE.value, Kind.LOSS_SCALE_COLLAPSE.value}
+# Patterns whose onset moves as data arrives: it is not part of their identity (one of each
+# per tag at a time).  Divergence, plateau and overfitting keep the onset they opened with.
+_ONSET_FREE = {Kind.LOSS_SCALE_COLLAPSE.value}
 
 
 def fingerprint(source: str, run: str, tag: str, kind: str, start_step: int) -> str:
@@ -76,8 +77,13 @@ def tag_writes(run: Run) -> dict[str, TagWrites]:
 
 def analyze(source: str, run: Run, config: AnalysisConfig = AnalysisConfig()) -> list[Alert]:
     """Alerts of a run just read."""
+    return assess_run(source, run, config)[0]
+
+
+def assess_run(source: str, run: Run, config: AnalysisConfig = AnalysisConfig()) -> tuple[list[Alert], RunHealth]:
+    """Alerts and health of a run just read."""
     resumes = tuple(Resume(r.from_step, r.to_step, r.segment, r.wall_time) for r in run.rollbacks)
-    return analyze_writes(source, run.name, tag_writes(run), resumes, config)
+    return assess_writes(source, run.name, tag_writes(run), resumes, config)
 
 
 def analyze_writes(
@@ -88,8 +94,21 @@ def analyze_writes(
     config: AnalysisConfig = AnalysisConfig(),
 ) -> list[Alert]:
     """Alerts of a run given as every write of each tag (as the store holds them)."""
-    findings = analyze_run(prepare_run(writes, resumes, config.roles), config)
-    return [Alert(fingerprint(source, run, f.tag, f.kind.value, f.start_step), source, run, f) for f in findings]
+    return assess_writes(source, run, writes, resumes, config)[0]
+
+
+def assess_writes(
+    source: str,
+    run: str,
+    writes: dict[str, TagWrites],
+    resumes: tuple[Resume, ...],
+    config: AnalysisConfig = AnalysisConfig(),
+) -> tuple[list[Alert], RunHealth]:
+    """Alerts and health of a run given as every write of each tag."""
+    prepared = prepare_run(writes, resumes, config.roles, run)
+    findings = analyze_run(prepared, config)
+    alerts = [Alert(fingerprint(source, run, f.tag, f.kind.value, f.start_step), source, run, f) for f in findings]
+    return alerts, run_health(prepared, findings, config.plateau, config.health)
 
 
 def _number(x: float | None) -> float | None:

@@ -15,7 +15,7 @@ from sqlalchemy.engine import Connection
 
 from analyzers.config import AnalysisConfig
 from app.alerts.lifecycle import Change, Event, evaluate
-from app.analysis import Alert, analyze_writes
+from app.analysis import Alert, assess_writes
 from app.ingest.logdir import RunState
 from app.ingest.points import Points
 from app.ingest.restarts import Rollback
@@ -62,6 +62,7 @@ class Assessment:
     points: int
     last_step: int | None
     current: list[Alert]
+    health: dict | None = None  # the run's health summary (analyzers/health.py)
 
 
 def assess(conn: Connection, run: StoredRun, config: AnalysisConfig) -> Assessment:
@@ -70,7 +71,8 @@ def assess(conn: Connection, run: StoredRun, config: AnalysisConfig) -> Assessme
     run = stored_runs.get_run(conn, run.id)  # the row and the points from one snapshot
     writes = stored_runs.load_writes(conn, run.id)
     resumes = stored_runs.load_resumes(conn, run.id)
-    return Assessment(run.points, run.last_step, analyze_writes(run.source, run.name, writes, resumes, config))
+    alerts, health = assess_writes(run.source, run.name, writes, resumes, config)
+    return Assessment(run.points, run.last_step, alerts, health.to_dict())
 
 
 def apply(conn: Connection, run: StoredRun, assessment: Assessment, webhooks: Sequence[str], now: float) -> list[Reported]:
@@ -87,7 +89,7 @@ def apply(conn: Connection, run: StoredRun, assessment: Assessment, webhooks: Se
     reported = [(i, e) for i, e in zip(ids, events) if e.change is not Change.PENDING]
     quiet = stored_alerts.silenced_ids(conn, [e.record.id for _, e in reported])
     stored_alerts.enqueue(conn, [i for i, e in reported if e.record.id not in quiet], list(webhooks), now)
-    done = {"analyzed_at": now, "analyzed_points": assessment.points}
+    done = {"analyzed_at": now, "analyzed_points": assessment.points, "health": assessment.health}
     if assessment.points >= run.points:
         done["dirty_since"] = None
     conn.execute(runs.update().where(runs.c.id == run.id).values(**done))

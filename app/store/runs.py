@@ -31,6 +31,7 @@ class StoredRun:
     updated_at: float = 0.0
     analyzed_at: float | None = None
     analyzed_points: int | None = None
+    health: dict | None = None  # as of the last applied analysis
 
 
 @dataclass(frozen=True)
@@ -274,7 +275,7 @@ def rollback_rows(conn: Connection, run_id: int) -> list[dict]:
 def _stored(row) -> StoredRun:
     return StoredRun(
         row.id, row.source, row.name, _state(row.state), row.last_step, row.points, row.updated_at,
-        row.analyzed_at, row.analyzed_points,
+        row.analyzed_at, row.analyzed_points, row.health,
     )
 
 

@@ -34,6 +34,7 @@ runs = Table(
     Column("dirty_since", Double),  # new points not yet analysed (the service defers busy runs)
     Column("analyzed_at", Double),
     Column("analyzed_points", BigInteger),  # how many points the last applied analysis saw
+    Column("health", JSON),  # the run's health summary as of that analysis
     UniqueConstraint("source", "name", name="uq_runs_source_name"),
 )
 
