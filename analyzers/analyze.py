@@ -14,7 +14,7 @@ from analyzers.gradnorm import GradNormDetector
 from analyzers.lossscale import LossScaleDetector
 from analyzers.nonfinite import NonFiniteDetector
 from analyzers.overfitting import EvalRiseDetector, judge, train_counterpart
-from analyzers.plateau import InitialLevelDetector, ZeroLRDetector, merge_plateaus, stalled_plateaus
+from analyzers.plateau import InitialLevelDetector, ZeroLRDetector, merge_plateaus, stalled_plateaus, warming_up
 from analyzers.restarts import RestartDetector
 from analyzers.roles import Role
 from analyzers.series import RunSeries
@@ -56,15 +56,16 @@ def _trends(run: RunSeries, config: AnalysisConfig, spikes: list[Finding], grad:
     # what stops a loss from learning, found on the LR and grad-norm tags
     causes = [f for s in run.with_role(Role.LEARNING_RATE) for f in ZeroLRDetector(p).detect(s)]
     causes += [f for f in grad if f.kind is Kind.GRAD_NORM_STUCK and f.peak_value == 0]
+    lr = next(iter(run.with_role(Role.LEARNING_RATE)), None)
     found = []
     for series in train:
         found += [f for f in DivergenceDetector(config.trend).detect(series) if not _explained(f, spikes)]
-        plateaus = InitialLevelDetector(p).detect(series)
-        found += merge_plateaus(plateaus + stalled_plateaus(series, causes, p))
+        unmoved = [f for f in InitialLevelDetector(p).detect(series) if not warming_up(lr, f)]
+        found += merge_plateaus(unmoved + stalled_plateaus(series, causes, p))
     for series in run.with_role(Role.EVAL_LOSS):
         counterpart = train_counterpart(series.tag, train)
         found += [judge(r, series, counterpart, config.overfitting) for r in EvalRiseDetector(config.overfitting).detect(series)]
-        found += InitialLevelDetector(p, evaluations=True).detect(series)
+        found += [f for f in InitialLevelDetector(p, evaluations=True).detect(series) if not warming_up(lr, f)]
     return found
 
 

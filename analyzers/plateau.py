@@ -16,12 +16,14 @@ Three cases, each a warning on the loss tag:
   (tests/curves.py's runs, 3% warm-up); Marian's continued training (flat by design,
   falling 7% in 970k updates) stays within 2% of its first level for 85 points, under the
   128; one level outside the band is noise (a flat 2%-noise loss strays past 3 sigmas
-  about once in 60 levels), three in a row are not.
-* **learning rate at zero**: the LR is 0, or at most `zero_lr` (1e-6) of its peak so far,
-  for `points` points and `steps` steps while the loss does not improve.  sample_runs/
-  stalled_lr sets it to 1e-9 (5e-7 of its 0.002 peak) at step 200.  A cosine decayed to 0
-  spends under 0.1% of its length below 1e-6 of its peak (1000 steps only past 1.5M
-  steps), a linear one far less, so a schedule that ends at zero does not fire.  An LR that
+  about once in 60 levels), three in a row are not.  Not while the LR is still warming
+  up where the plateau ends (or now): a loss waiting for its LR is not stuck.
+* **learning rate at zero**: the LR is 0, or a value that repeats at most `zero_lr` (1e-4)
+  of its peak so far, for `points` points and `steps` steps while the loss does not
+  improve.  sample_runs/stalled_lr sets it to 1e-9 (5e-7 of its 0.002 peak) at step 200.  A
+  schedule decaying to 0 moves at every point, so its tail never counts however long the
+  run; a step schedule's last stage (ResNet's 0.1 -> 0.0001 is 1e-3 of the peak) is above
+  1e-4.  An LR that
   stops moving at a non-zero value is not alerted: a frozen scheduler looks exactly like a
   planned hold at a minimum LR or a step schedule's last stage (the restart detector
   catches the scheduler a resume lost).
@@ -60,7 +62,7 @@ class PlateauConfig:
     tolerance: float = 0.01  # within 1% of where it was ...
     z: float = 3.0  # ... or 3 noise sigmas: not moved
     confirm_blocks: int = 3  # left the initial level: this many trend levels in a row outside it
-    zero_lr: float = 1e-6  # an LR at most this share of its peak is zero
+    zero_lr: float = 1e-4  # a repeated LR at most this share of its peak is zero
     level_points: int = 64  # a loss level quoted for a stalled stretch: the median of 64 points
 
 
@@ -209,12 +211,26 @@ def plateau_finding(
     )
 
 
+def warming_up(lr: Series | None, plateau: Finding) -> bool:
+    """Whether the LR was still warming up (its last 3 values up to the plateau's end, or
+    now, rising) where a loss stayed at its initial level: waiting for its LR, not stuck.
+    tests/curves.py's runs warm up over 3% of their steps, 1200 steps at 40k, during which
+    a loss may not move by 1%."""
+    if lr is None:
+        return False
+    end = plateau.end_step if plateau.end_step is not None else int(lr.fstep[-1]) if len(lr.fstep) else -1
+    last = lr.fvalue[: int(np.searchsorted(lr.fstep, end, side="right"))][-3:]
+    return len(last) == 3 and bool(np.all(np.diff(last) > 0))
+
+
 # -- learning rate at zero (streaming) ------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class ZeroLRState(StreamState):
     peak: float  # the highest LR so far (-inf before any)
+    prev: float  # the last LR seen, and its step
+    prev_step: int
     since: int  # first step of the current run of zero LR (-1 when not in one)
     points: int  # points in that run
     value: float  # the LR at the run's start, and its peak then
@@ -224,13 +240,15 @@ class ZeroLRState(StreamState):
 
 class ZeroLRDetector:
     """Stretches where the learning rate is zero (intermediate findings on the LR tag: the
-    plateau alert goes on the loss, by `stalled_plateaus`)."""
+    plateau alert goes on the loss, by `stalled_plateaus`).  Zero is 0, or a value at most
+    `zero_lr` of the peak that repeats: a schedule decaying towards 0 moves at every point,
+    a scheduler bug or a run left going at the end of its schedule does not."""
 
     def __init__(self, config: PlateauConfig = PlateauConfig()) -> None:
         self.config = config
 
     def start(self) -> ZeroLRState:
-        return ZeroLRState(-math.inf, -1, 0, math.nan, math.nan, -1)
+        return ZeroLRState(-math.inf, math.nan, -1, -1, 0, math.nan, math.nan, -1)
 
     def detect(self, series: Series) -> list[Finding]:
         _, closed, still_open = self.feed(self.start(), series.step, series.value, series.tag)
@@ -244,26 +262,31 @@ class ZeroLRDetector:
         if not n:
             return state, [], self._open(state, tag)
         peak = np.maximum.accumulate(np.concatenate([[state.peak], value]))[1:]
-        zero = (value == 0) | (value <= self.config.zero_lr * peak)
+        before = np.concatenate([[state.prev], value[:-1]])
+        before_step = np.concatenate([[state.prev_step], step[:-1]])
+        zero = (value == 0) | ((value <= self.config.zero_lr * peak) & (value == before))
         edges = np.diff(np.concatenate([[state.since >= 0], zero]).astype(np.int8))
         starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)  # ends: first non-zero index
+        # a repeated value's run starts at its first occurrence
+        start_step = np.where((value == before) & (before_step >= 0), before_step, step)
         closed = []
         s = state
         if s.since >= 0 and len(ends) and (not len(starts) or ends[0] < starts[0]):
             # the run carried in from earlier pieces ends here
-            closed += self._closed(s, s.points + int(ends[0]), int(step[ends[0]]), int(step[ends[0] - 1]) if ends[0] else s.last_step, tag)
+            last = int(step[ends[0] - 1]) if ends[0] else s.last_step
+            closed += self._closed(s, s.points + int(ends[0]), int(step[ends[0]]), last, tag)
             ends = ends[1:]
             s = replace(s, since=-1, points=0)
         elif s.since >= 0:
             s = replace(s, points=s.points + n)
         for k, a in enumerate(starts):
+            run = replace(s, since=int(start_step[a]), value=float(value[a]), peak_then=float(peak[a]))
             if k < len(ends):
                 b = int(ends[k])
-                run = replace(s, since=int(step[a]), points=b - a, value=float(value[a]), peak_then=float(peak[a]))
-                closed += self._closed(run, b - a, int(step[b]), int(step[b - 1]), tag)
+                closed += self._closed(replace(run, points=b - a), b - a, int(step[b]), int(step[b - 1]), tag)
             else:
-                s = replace(s, since=int(step[a]), points=n - a, value=float(value[a]), peak_then=float(peak[a]))
-        s = replace(s, peak=float(peak[-1]), last_step=int(step[-1]))
+                s = replace(run, points=n - int(a))
+        s = replace(s, peak=float(peak[-1]), prev=float(value[-1]), prev_step=int(step[-1]), last_step=int(step[-1]))
         return s, closed, self._open(s, tag)
 
     def _long(self, points: int, since: int, last: int) -> bool:
@@ -295,17 +318,17 @@ def stalled_plateaus(loss: Series, causes: list[Finding], config: PlateauConfig)
     those tags) over which the loss did not improve."""
     out = []
     for cause in causes:
-        end = cause.end_step if cause.end_step is not None else int(loss.fstep[-1]) if len(loss.fstep) else None
-        if end is None:
+        if not len(loss.fstep):
             continue
-        then, now, sigma = _levels(loss, cause.start_step, end, config.level_points)
+        over = None if cause.ongoing else cause.end_step
+        then, now, sigma = _levels(loss, cause.start_step, int(loss.fstep[-1]) if over is None else over, config.level_points)
         if then is None or then - now > max(config.tolerance * abs(then), config.z * sigma):
             continue
         grad = cause.kind is Kind.GRAD_NORM_STUCK
         clause = f"{cause.tag} has been 0 since step {cause.start_step}" if grad else cause.message
         out.append(
             plateau_finding(
-                loss.tag, cause.start_step, cause.end_step, [f"{clause} (its level: {then:.4g} then, {now:.4g} now)"],
+                loss.tag, cause.start_step, over, [f"{clause} (its level: {then:.4g} then, {now:.4g} now)"],
                 [_GRAD_ZERO if grad else _LR_ZERO],
                 {"reason": "grad_norm_zero" if grad else "lr_zero", "cause_tag": cause.tag, "level_then": then,
                  "level_now": now, **({} if grad else {"lr_share": cause.evidence["lr_share"]})},
@@ -333,7 +356,9 @@ def merge_plateaus(findings: list[Finding]) -> list[Finding]:
     """One plateau per stretch of a tag: overlapping ones (a loss at chance level whose LR
     is also 0) become one alert, from the earliest onset, saying every reason."""
     by_tag: dict[str, list[Finding]] = {}
-    for f in sorted(findings, key=lambda f: (f.tag, f.start_step, not f.ongoing)):
+    # at one onset, a cause (LR or grad norm at 0) leads: it says what to fix
+    caused = ("lr_zero", "grad_norm_zero")
+    for f in sorted(findings, key=lambda f: (f.tag, f.start_step, f.evidence["reason"] not in caused, not f.ongoing)):
         group = by_tag.setdefault(f.tag, [])
         if group and _overlaps(group[-1], f):
             group[-1] = _joined(group[-1], f)

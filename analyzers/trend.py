@@ -75,8 +75,9 @@ def empty_blocks() -> BlockState:
 @dataclass(frozen=True, eq=False)
 class Blocks:
     """The blocks a feed completed: level, middle step, last step, and as known before each
-    block the noise sigma of a level (from second differences of levels) and of one point
-    (from first differences of points; 0 until 8 differences are known)."""
+    block the noise sigma of a level (from second differences of levels; 0 until 3 of them,
+    and 8 for single-point blocks, are known) and of one point (from first differences of
+    points; 0 until 8 are known)."""
 
     level: np.ndarray
     step: np.ndarray
@@ -107,9 +108,12 @@ def cut_blocks(state: BlockState, step: np.ndarray, value: np.ndarray, size: int
     # the d2 values known before each new block: those of blocks up to the one before it
     lacking = count - len(new_d2)  # the run's first two blocks have no d2 of their own
     before = len(state.d2) + np.clip(np.arange(count) - lacking, 0, None) - 1
-    if len(hist):
-        med = bn.move_median(hist, min(history, len(hist)), min_count=1)
-        sigma = np.where(before >= 0, med[np.clip(before, 0, None)], 0.0) * D2_MAD_TO_SIGMA
+    # a few second differences of a curved start say more about the curve than the noise:
+    # none is used before there are 3, and 8 evaluations' worth for blocks of few points
+    need_d2 = max(3, -(-8 // size))
+    if len(hist) >= need_d2:
+        med = bn.move_median(hist, min(history, len(hist)), min_count=need_d2)
+        sigma = np.nan_to_num(np.where(before >= 0, med[np.clip(before, 0, None)], np.nan)) * D2_MAD_TO_SIGMA
     else:
         sigma = np.zeros(count)
     # point noise: each block's median |difference| of its points with the point before

@@ -1,5 +1,5 @@
 """Precision and recall of losswatch's detectors on a labelled corpus (generated curves with
-planted patterns, tests/curves.py) and the classification accuracy of loss spikes, beside the
+planted patterns, tests/curves.py: train losses, and runs with eval losses or not learning) and the classification accuracy of loss spikes, beside the
 one-rule detectors other tools ship, on the same curves; then the real sample runs against
 what was caused in them (sample_runs/labels.json).
 
@@ -18,7 +18,7 @@ from analyzers.findings import Kind, Severity  # noqa: E402
 from app.analysis import analyze  # noqa: E402
 from app.ingest.sources import read_path  # noqa: E402
 from bench.peers import PEERS  # noqa: E402
-from tests.curves import SCORED, Score, labelled_corpus, score, tolerance  # noqa: E402
+from tests.curves import SCORED, Score, eval_corpus, labelled_corpus, score, tolerance  # noqa: E402
 
 
 def peer_score(corpus, rule) -> Score:
@@ -41,7 +41,7 @@ def peer_score(corpus, rule) -> Score:
 
 
 def main() -> None:
-    corpus = labelled_corpus()
+    corpus = labelled_corpus() + eval_corpus()
     print(f"labelled corpus: {len(corpus)} curves ({sum(not c.truth for c in corpus)} clean), "
           f"{sum(len(c.truth) for c in corpus)} planted events", file=sys.stderr)
     scores, loud_clean = score(corpus)
