@@ -16,9 +16,16 @@ evaluation taken from second differences of the last `noise_points` evaluations.
   back-translation blocks (best 1.323, then +2.5%, +5.6%, +8.3% ...) three evaluations
   after their +3% crossing.  Marian's first evaluations (1.368, then 1.421, 1.422, 1.413,
   falling back) and its 0.6% drift over six evaluations stay silent.
-* It **closes** at the first evaluation back within half that margin of the best; the best
+* It **closes** at the first evaluation back within half the margin it opened by; the best
   is then reset to that evaluation, so the next rise is measured from where the loss came
-  back to.
+  back to.  The margin adds sqrt(2 ln m) noise sigmas for a best that is the lowest of m
+  evaluations (the lowest of m noisy values lies about that far below their level), and
+  the noise comes from the last `noise_points` (64) evaluations (an estimate from 16 swings
+  by 40%); until 10 evaluations give a noise estimate, the `patience` evaluations must rise
+  at every step.  On a flat eval loss of pure noise this leaves one false rise per 2,000
+  evaluations at 1% noise and per 1,000 at 2%, most in the first ten, and none at 0.5%
+  (tests/test_overfitting.py); real eval losses, averages over an eval set, fall steeply
+  over their first evaluations.
 * The train loss level at the best step and at the latest evaluation is the median of the
   train points logged since the evaluation before it (at most `train_points`): risen by
   more than `train_tolerance` (2%) and 3 noise sigmas is "rose with it".  Without a train
@@ -47,7 +54,7 @@ class OverfittingConfig:
     patience: int = 3  # evaluations in a row above the best (early stopping's patience)
     min_rise: float = 0.03  # each at least 3% above the best ...
     z: float = 3.0  # ... and 3 noise sigmas of an evaluation
-    noise_points: int = 16  # evaluations whose second differences set that noise
+    noise_points: int = 64  # evaluations whose second differences set that noise
     train_tolerance: float = 0.02  # the train loss "rose with it" by more than 2%
     train_points: int = 64  # train points in a level: those since the evaluation before
     learned_share: float = 0.05  # no train loss: fell 5% to its best first, or it is a divergence
@@ -64,11 +71,30 @@ class EvalRiseState(StreamState):
     streak: int  # evaluations in a row above the margin
     open: bool
     evals: int  # evaluations since the best
+    pool: int  # evaluations the best is the lowest of (since the start, or the last rise closed)
+    gate: float  # an open rise: the margin it opened by; back within half of it closes it
     worst: float  # the highest since the best, and where
     worst_step: int
     now: float  # the latest evaluation, and where
     now_step: int
-    margin: float  # the margin the latest evaluation was judged by
+
+
+_AHEAD = 256  # evaluations looked at a time for the next event
+
+
+class _Rise:
+    """An eval rise's state, changed in place while a feed walks its evaluations."""
+
+    NAMES = ("best", "best_step", "streak", "open", "evals", "pool", "gate", "worst", "worst_step")
+
+    def __init__(self, s: EvalRiseState) -> None:
+        for k in self.NAMES:
+            setattr(self, k, getattr(s, k))
+        self.recent, self.recent_step = s.recent.tolist(), s.recent_step.tolist()
+
+    def fields(self, patience: int) -> dict:
+        return {**{k: getattr(self, k) for k in self.NAMES}, "recent": np.array(self.recent[-patience:], float),
+                "recent_step": np.array(self.recent_step[-patience:], np.int64)}
 
 
 class EvalRiseDetector:
@@ -80,7 +106,7 @@ class EvalRiseDetector:
     def start(self) -> EvalRiseState:
         nan = math.nan
         none = np.zeros(0, np.int64)
-        return EvalRiseState(empty_blocks(), nan, math.inf, -1, np.zeros(0), none, 0, False, 0, nan, -1, nan, -1, nan)
+        return EvalRiseState(empty_blocks(), nan, math.inf, -1, np.zeros(0), none, 0, False, 0, 0, nan, nan, -1, nan, -1)
 
     def detect(self, series: Series) -> list[Finding]:
         _, closed, still_open = self.feed(self.start(), series.step, series.value, series.tag)
@@ -91,37 +117,113 @@ class EvalRiseDetector:
     ) -> tuple[EvalRiseState, list[Finding], list[Finding]]:
         c = self.config
         points, new = cut_blocks(state.points, step, value, 1, c.noise_points)
+        v, at, sigma = new.level, new.step, new.sigma
+        n = len(v)
         s = replace(state, points=points)
-        if not len(new.level):
+        if not n:
             return s, [], self._open(s, tag)
         if math.isnan(s.first):
-            s = replace(s, first=float(new.level[0]))
+            s = replace(s, first=float(v[0]))
+        x = _Rise(s)
         closed: list[Finding] = []
-        # Short series and few events: one evaluation at a time, with nothing per point
-        # beyond a few comparisons (eval series have tens to thousands of points).
-        for v, at, sigma in zip(new.level.tolist(), new.step.tolist(), new.sigma.tolist()):
-            s = self._step(s, v, at, sigma, tag, closed)
+        j = 0
+        # Evaluations are walked by events: quiet stretches and stretches still risen are
+        # taken whole, with array operations; only a streak building up goes point by point.
+        while j < n:
+            if not x.open and x.streak == 0:
+                j = self._quiet(x, v, at, sigma, j)
+            elif x.open:
+                j = self._risen(x, s, v, at, sigma, j, tag, closed)
+            else:
+                self._streak_step(x, float(v[j]), int(at[j]), float(sigma[j]))
+                j += 1
+        s = replace(s, **x.fields(c.patience), now=float(v[-1]), now_step=int(at[-1]))
         return s, closed, self._open(s, tag)
 
-    def _step(self, s: EvalRiseState, v: float, at: int, sigma: float, tag: str, closed: list[Finding]) -> EvalRiseState:
+    def _margin(self, best: np.ndarray | float, sigma: np.ndarray | float, pool: np.ndarray | int):
+        """How far above the best an evaluation must be.  The lowest of m noisy evaluations
+        lies about sqrt(2 ln m) sigmas below their level, so that much is added to the z
+        sigmas: on a flat eval loss of pure noise, three evaluations in a row that far above
+        the best are rare, where z sigmas above it are crossed every few dozen."""
         c = self.config
-        margin = max(c.min_rise * abs(s.best), c.z * sigma) if math.isfinite(s.best) else math.inf
-        recent, recent_step = np.append(s.recent, v)[-c.patience :], np.append(s.recent_step, at)[-c.patience :]
-        s = replace(s, recent=recent, recent_step=recent_step, now=v, now_step=at, margin=margin, evals=s.evals + 1)
-        if s.open:
-            if v <= s.best + margin / 2:
-                closed.append(self._finding(replace(s, evals=s.evals - 1), tag, end=at))
-                return replace(s, open=False, evals=0, streak=0, best=v, best_step=at, worst=math.nan, worst_step=-1)
-            return replace(s, worst=v, worst_step=at) if v > s.worst else s
-        if v < s.best:
-            return replace(s, best=v, best_step=at, streak=0, evals=0)
-        if v < s.best + margin:
-            return replace(s, streak=0)
-        streak = s.streak + 1
-        if streak < c.patience or v <= float(recent.min()) and len(recent) > 1:
-            return replace(s, streak=streak)  # not yet, or coming back down
-        worst = int(np.argmax(recent))
-        return replace(s, streak=0, open=True, worst=float(recent[worst]), worst_step=int(recent_step[worst]))
+        bias = np.sqrt(2 * np.log(np.maximum(np.asarray(pool, float), 1.0)))
+        return np.maximum(c.min_rise * np.abs(best), (c.z + bias) * np.asarray(sigma))
+
+    def _quiet(self, x: _Rise, v: np.ndarray, at: np.ndarray, sigma: np.ndarray, j: int) -> int:
+        """New bests and evaluations within the margin, up to the next one above it (looked
+        for a bounded stretch at a time, so a long noisy series costs O(n))."""
+        end = min(len(v), j + _AHEAD)
+        lows = np.minimum.accumulate(np.concatenate([[x.best], v[j:end]]))
+        before = lows[:-1]  # the best before each evaluation
+        is_new = v[j:end] < before
+        pool = x.pool + 1 + np.arange(end - j)
+        with np.errstate(invalid="ignore"):
+            up = np.flatnonzero(~is_new & np.isfinite(before) & (v[j:end] >= before + self._margin(before, sigma[j:end], pool)))
+        k = int(up[0]) if len(up) else end - j
+        if k:
+            better = np.flatnonzero(is_new[:k])
+            if len(better):
+                last = j + int(better[-1])
+                x.best, x.best_step, x.evals = float(v[last]), int(at[last]), j + k - 1 - last
+            else:
+                x.evals += k
+            x.pool += k
+            self._remember(x, v[j : j + k], at[j : j + k])
+        if k < end - j:
+            self._streak_step(x, float(v[j + k]), int(at[j + k]), float(sigma[j + k]))
+            k += 1
+        return j + k
+
+    def _risen(
+        self, x: _Rise, s: EvalRiseState, v: np.ndarray, at: np.ndarray, sigma: np.ndarray, j: int, tag: str,
+        closed: list[Finding],
+    ) -> int:
+        """An open rise: evaluations up to the first back within half the margin, which closes it."""
+        end = min(len(v), j + _AHEAD)
+        back = np.flatnonzero(v[j:end] <= x.best + x.gate / 2)
+        k = int(back[0]) if len(back) else end - j
+        if k:
+            top = j + int(np.argmax(v[j : j + k]))
+            if v[top] > x.worst:
+                x.worst, x.worst_step = float(v[top]), int(at[top])
+            x.evals += k
+            x.pool += k
+            self._remember(x, v[j : j + k], at[j : j + k])
+        if k == end - j:
+            return end
+        i = j + k
+        self._remember(x, v[i : i + 1], at[i : i + 1])
+        over = replace(s, **x.fields(self.config.patience), now=float(v[i]), now_step=int(at[i]))
+        closed.append(self._finding(over, tag, end=int(at[i])))
+        x.open, x.evals, x.pool, x.streak, x.best, x.best_step, x.worst, x.worst_step = False, 0, 1, 0, float(v[i]), int(at[i]), math.nan, -1
+        x.gate = math.nan
+        return i + 1
+
+    def _remember(self, x: _Rise, v: np.ndarray, at: np.ndarray) -> None:
+        p = self.config.patience
+        x.recent = (x.recent + v[-p:].tolist())[-p:]
+        x.recent_step = (x.recent_step + at[-p:].tolist())[-p:]
+
+    def _streak_step(self, x: _Rise, v: float, at: int, sigma: float) -> None:
+        """One evaluation while a streak above the margin may be building."""
+        c = self.config
+        self._remember(x, np.array([v]), np.array([at]))
+        x.evals += 1
+        x.pool += 1
+        if v < x.best:
+            x.best, x.best_step, x.streak, x.evals = v, at, 0, 0
+            return
+        margin = float(self._margin(x.best, sigma, x.pool)) if math.isfinite(x.best) else math.inf
+        if v < x.best + margin:
+            x.streak = 0
+            return
+        x.streak += 1
+        if x.streak < c.patience or (v <= min(x.recent) and len(x.recent) > 1):
+            return  # not yet, or coming back down
+        if sigma == 0 and any(b <= a for a, b in zip(x.recent, x.recent[1:])):
+            return  # noise not known yet (under 10 evaluations): only a rise at every step counts
+        worst = int(np.argmax(x.recent))
+        x.streak, x.open, x.gate, x.worst, x.worst_step = 0, True, margin, float(x.recent[worst]), int(x.recent_step[worst])
 
     def _open(self, s: EvalRiseState, tag: str) -> list[Finding]:
         return [self._finding(s, tag, end=None)] if s.open else []

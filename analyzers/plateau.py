@@ -132,12 +132,30 @@ class InitialLevelDetector:
     def feed(
         self, state: InitialLevelState, step: np.ndarray, value: np.ndarray, tag: str = ""
     ) -> tuple[InitialLevelState, list[Finding], list[Finding]]:
+        """While undecided, the series is taken a chunk at a time (a split like any other), so
+        a long run that left its first level early costs its first chunks, not its length;
+        once the loss has moved for good nothing is left to watch."""
+        closed: list[Finding] = []
+        chunk = max(1024, 4 * self.unmoved_window[0])
+        a = 0
+        while a < len(step) and state.phase == 0:
+            state, done, _ = self._feed(state, step[a : a + chunk], value[a : a + chunk], tag)
+            closed += done
+            a += chunk
+        if a < len(step) and state.phase == 1:
+            state, done, _ = self._feed(state, step[a:], value[a:], tag)
+            closed += done
+        return state, closed, self._open(state, tag)
+
+    def _feed(
+        self, state: InitialLevelState, step: np.ndarray, value: np.ndarray, tag: str
+    ) -> tuple[InitialLevelState, list[Finding], list[Finding]]:
         c = self.config
         blocks, new = cut_blocks(state.blocks, step, value, self.block_points, 32)
         s = replace(state, blocks=blocks)
         n = len(new.level)
-        if not n or s.phase == 2:
-            return s, [], self._open(s, tag)
+        if not n:
+            return s, [], []
         first = s.first if not math.isnan(s.first) else float(new.level[0])
         # a level and the first both carry noise (a median of m points: 1.25 sigma / sqrt(m))
         spread = new.point_sigma * (1.2533 if self.block_points > 1 else 1.0) * math.sqrt(2 / self.block_points)
@@ -170,7 +188,7 @@ class InitialLevelDetector:
         out_step = -1 if not run[-1] else s.out_step if start < 0 else int(new.step[start])
         s = replace(s, first=first, out=int(run[-1]), out_step=out_step, level=float(new.level[-1]), band=float(band[-1]),
                     last_step=int(new.last_step[-1]))
-        return s, closed, self._open(s, tag)
+        return s, closed, []
 
     def _open(self, s: InitialLevelState, tag: str) -> list[Finding]:
         return [self._finding(s, tag, end=None)] if s.phase == 1 else []

@@ -163,6 +163,7 @@ class DivergenceState(StreamState):
     near_step: int  # the last block within noise of the low: where a rise starts
     recent: np.ndarray  # the last 9 levels (for "keeps climbing")
     streak: int  # blocks in a row above the margin (closed) or back within half of it (open)
+    streak_step: int  # where that streak began
     open: bool
     onset: int  # the open incident's onset step (its low's step)
     base: float  # the open incident's low
@@ -174,6 +175,54 @@ class DivergenceState(StreamState):
     above: int  # blocks above the margin in the open incident
 
 
+class _Incident:
+    """The incident part of a divergence state, changed in place while a feed walks its
+    blocks (one state is built at the end, not one per block)."""
+
+    NAMES = ("streak", "streak_step", "open", "onset", "base", "top", "top_step", "above")
+
+    def __init__(self, **values) -> None:
+        self.__dict__.update(values)
+
+    @classmethod
+    def of(cls, s: DivergenceState) -> _Incident:
+        return cls(**{k: getattr(s, k) for k in cls.NAMES})
+
+    def fields(self) -> dict:
+        return {k: getattr(self, k) for k in self.NAMES}
+
+    def hold(self, new: Blocks, above: np.ndarray, a: int, b: int) -> None:
+        top = a + int(np.argmax(new.level[a:b]))
+        self.above += int(above[a:b].sum())
+        if new.level[top] > self.top:
+            self.top, self.top_step = float(new.level[top]), int(new.step[top])
+
+    def step(self, j: int, new: Blocks, low: float, onset: int, above: bool, back: bool, confirm: int) -> dict | None:
+        """One block through the state machine; the incident's fields when it closes here."""
+        level, at = float(new.level[j]), int(new.step[j])
+        if not self.open:
+            if not above:
+                self.streak, self.top, self.top_step = 0, np.nan, -1
+                return None
+            if self.streak == 0 or level > self.top:  # the streak's highest level, and where
+                self.top, self.top_step = level, at
+            self.streak += 1
+            if self.streak >= confirm:
+                self.open, self.onset, self.base, self.above, self.streak = True, onset, low, self.streak, 0
+            return None
+        self.above += above
+        if level > self.top:
+            self.top, self.top_step = level, at
+        if back and self.streak == 0:
+            self.streak_step = at
+        self.streak = self.streak + 1 if back else 0
+        if self.streak < confirm:
+            return None
+        done = {**self.fields(), "end": self.streak_step}
+        self.streak, self.open, self.onset, self.base, self.top, self.top_step, self.above = 0, False, -1, np.nan, np.nan, -1, 0
+        return done
+
+
 class DivergenceDetector:
     """The trend rose well above its lowest point and has not come back: still rising, or
     settled at a higher level (the loss "starts to come down but settles higher")."""
@@ -182,7 +231,7 @@ class DivergenceDetector:
         self.config = config
 
     def start(self) -> DivergenceState:
-        return DivergenceState(empty_blocks(), np.inf, -1, -1, np.zeros(0), 0, False, -1, np.nan, np.nan, -1, np.nan, -1, 0.0, 0)
+        return DivergenceState(empty_blocks(), np.inf, -1, -1, np.zeros(0), 0, -1, False, -1, np.nan, np.nan, -1, np.nan, -1, 0.0, 0)
 
     def detect(self, series: Series) -> list[Finding]:
         _, closed, still_open = self.feed(self.start(), series.step, series.value, series.tag)
@@ -204,63 +253,38 @@ class DivergenceDetector:
         near = rise <= np.maximum(c.onset_z * new.sigma, c.onset_share * np.abs(low))
         near_step = np.maximum.accumulate(np.where(near, new.step, state.near_step))
         closed: list[Finding] = []
-        s = state
+        inc = _Incident.of(state)
         ups, backs = np.flatnonzero(above), np.flatnonzero(back)
         j = 0
         # Only blocks where the incident can change are visited one by one: the loop is
         # over events, not points.
         while j < n:
-            if not s.open and s.streak == 0:
+            if not inc.open and inc.streak == 0:
                 k = int(np.searchsorted(ups, j))
                 if k == len(ups):
                     break
                 j = int(ups[k])
-            elif s.open and s.streak == 0:
+            elif inc.open and inc.streak == 0:
                 k = int(np.searchsorted(backs, j))
                 stop = int(backs[k]) if k < len(backs) else n
                 if stop > j:  # blocks still up: only the top and the count move
-                    s = self._hold(s, new, above, j, stop)
+                    inc.hold(new, above, j, stop)
                     j = stop
                     continue
-            s = self._step(s, j, new, float(low[j]), int(near_step[j]), bool(above[j]), bool(back[j]), tag, closed)
+            done = inc.step(j, new, float(low[j]), int(near_step[j]), bool(above[j]), bool(back[j]), c.confirm_blocks)
+            if done is not None:
+                end = done.pop("end")
+                # judged by this block's noise: the state's latest values depend on how the
+                # series was cut into feeds
+                at_close = replace(state, **done, noise=float(new.sigma[j]))
+                closed.append(self._finding(at_close, tag, end=end, now=float(new.level[j])))
             j += 1
         s = replace(
-            s, low=float(low[-1]), low_step=int(low_step[-1]), near_step=int(near_step[-1]), recent=np.concatenate([s.recent, new.level])[-9:],
-            level=float(new.level[-1]), level_step=int(new.step[-1]), noise=float(new.sigma[-1]),
+            state, **inc.fields(), low=float(low[-1]), low_step=int(low_step[-1]), near_step=int(near_step[-1]),
+            recent=np.concatenate([state.recent, new.level])[-9:], level=float(new.level[-1]),
+            level_step=int(new.step[-1]), noise=float(new.sigma[-1]),
         )
         return s, closed, self._open(s, tag)
-
-    @staticmethod
-    def _hold(s: DivergenceState, new: Blocks, above: np.ndarray, a: int, b: int) -> DivergenceState:
-        top = a + int(np.argmax(new.level[a:b]))
-        s = replace(s, above=s.above + int(above[a:b].sum()))
-        return replace(s, top=float(new.level[top]), top_step=int(new.step[top])) if new.level[top] > s.top else s
-
-    def _step(
-        self, s: DivergenceState, j: int, new: Blocks, low: float, onset: int, above: bool, back: bool,
-        tag: str, closed: list[Finding],
-    ) -> DivergenceState:
-        """One block through the incident's state machine."""
-        c = self.config
-        level, at = float(new.level[j]), int(new.step[j])
-        if not s.open:
-            if not above:
-                return replace(s, streak=0, top=np.nan, top_step=-1)
-            if s.streak == 0 or level > s.top:  # the streak's highest level, and where
-                s = replace(s, top=level, top_step=at)
-            streak = s.streak + 1
-            if streak < c.confirm_blocks:
-                return replace(s, streak=streak)
-            return replace(s, streak=0, open=True, onset=onset, base=low, above=streak)
-        s = replace(s, above=s.above + above)
-        if level > s.top:
-            s = replace(s, top=level, top_step=at)
-        streak = s.streak + 1 if back else 0
-        if streak < c.confirm_blocks:
-            return replace(s, streak=streak)
-        end = int(new.step[j - c.confirm_blocks + 1])
-        closed.append(self._finding(s, tag, end=end, now=level))
-        return replace(s, streak=0, open=False, onset=-1, base=np.nan, top=np.nan, top_step=-1, above=0)
 
     def _open(self, s: DivergenceState, tag: str) -> list[Finding]:
         return [self._finding(s, tag, end=None, now=s.level)] if s.open else []

@@ -10,6 +10,7 @@ import pytest
 
 from analyzers.analyze import analyze_run
 from analyzers.findings import Kind, Severity
+from analyzers.overfitting import EvalRiseDetector
 from analyzers.roles import Role, infer_role
 from analyzers.series import TagWrites, prepare_run
 from app.analysis import analyze
@@ -175,3 +176,20 @@ def test_real_deepspeed_fine_tune_validation_rise_is_a_divergence_that_came_back
     [ds] = shared("reference-runs-2/json/ext2_ds_gpt2_ptb_fp16.json").values()
     [f] = [a.finding for a in analyze("d", ds) if a.finding.kind is Kind.DIVERGENCE]
     assert (f.tag, f.start_step, f.ongoing) == ("val/loss", 5, False)
+
+
+def test_a_flat_eval_loss_of_pure_noise_rarely_rises():
+    """The best of many noisy evaluations is an outlier: rises are measured past what noise
+    alone does from there."""
+    def rises(noise: float) -> tuple[int, int]:
+        count = evals = 0
+        for seed in range(10):
+            for n in (20, 200, 1000):
+                v = 2 * (1 + noise * np.random.default_rng(seed).standard_normal(n))
+                count += len(EvalRiseDetector().detect(run({"val/loss": (np.arange(n), v)}).series["val/loss"]))
+                evals += n
+        return count, evals
+
+    assert rises(0.005)[0] == 0
+    count, evals = rises(0.02)  # 12 in 12,200, nine of them in the first ten evaluations
+    assert count * 1000 <= evals, count

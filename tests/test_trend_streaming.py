@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from analyzers.overfitting import EvalRiseDetector
 from analyzers.plateau import InitialLevelDetector, ZeroLRDetector
 from analyzers.roles import Role
-from analyzers.series import Series, prepare_run
+from analyzers.series import Series, TagWrites, prepare_run
 from analyzers.stream import feed_in_pieces
 from analyzers.trend import DivergenceDetector
 from app.analysis import tag_writes
@@ -30,7 +30,7 @@ def series_by_role() -> dict[Role, list[Series]]:
     (divergent, rising, stalled, at chance, overfitting, clean) and the sample runs."""
     curves = [c for c in labelled_corpus() if c.name.startswith(("rising", "divergent", "nan"))][::4]
     curves += eval_corpus()[::3] + [chance_curve(3, 4), epoch_curve(5, 20, overfit_at=6), clean_curve(9, points=3000)]
-    runs = [prepare_run(c.writes()) for c in curves]
+    runs = [prepare_run(c.writes()) for c in curves] + [prepare_run(closing())]
     samples = read_path(str(REPO / "sample_runs")).runs
     samples.update(read_path(str(REPO / "sample_runs" / "hf_trainer" / "trainer_state.json")).runs)
     runs += [prepare_run(tag_writes(r), (), None, name) for name, r in sorted(samples.items())]
@@ -39,6 +39,23 @@ def series_by_role() -> dict[Role, list[Series]]:
         for s in run.series.values():
             out.setdefault(s.role, []).append(s)
     return out
+
+
+def closing() -> dict[str, TagWrites]:
+    """Incidents that close: a rise that comes back, a loss flat then learning, an LR at 0
+    for a while, an eval loss rising and coming back."""
+    n, rng = 8000, np.random.default_rng(7)
+    step = np.arange(n, dtype=np.int64)
+    loss = (1.8 + 4 * np.exp(-step / 600)) * (1 + 0.02 * rng.standard_normal(n))
+    loss *= 1 + 0.5 * np.clip(1 - np.abs(step - 3600) / 600, 0, None)
+    flat = np.where(step < 5000, 2.9, 2.9 * np.exp(-(step - 5000) / 1000)) * (1 + 0.01 * rng.standard_normal(n))
+    lr = np.where((step >= 2000) & (step < 4000), 0.0, 1e-3)
+    evals = np.arange(99, n, 100)
+    val = 2 - 0.2 * evals / n
+    val[30:40] *= 1 + 0.04 * np.arange(1, 11)
+    zero = np.zeros(n, np.int32)
+    return {"train/loss": TagWrites(step, loss, zero), "aux/loss": TagWrites(step, flat, zero),
+            "train/lr": TagWrites(step, lr, zero), "val/loss": TagWrites(evals, val, np.zeros(len(evals), np.int32))}
 
 
 @st.composite
@@ -93,8 +110,15 @@ def test_zero_lr_in_pieces(case):
 
 
 def test_the_corpus_has_what_the_properties_need():
-    """The drawn series include ones where each detector finds something, so the property
-    compares findings, not only empty lists."""
+    """The drawn series include ones where each detector finds something, open and closed,
+    so the property compares findings, not only empty lists."""
+    closed = {
+        "divergence": DivergenceDetector(), "initial level": InitialLevelDetector(), "eval rise": EvalRiseDetector(),
+        "zero lr": ZeroLRDetector(),
+    }
+    for name, detector in closed.items():
+        role = {"eval rise": Role.EVAL_LOSS, "zero lr": Role.LEARNING_RATE}.get(name, Role.LOSS)
+        assert any(not f.ongoing for s in series_by_role()[role] for f in detector.detect(s)), name
     found = {
         "divergence": any(DivergenceDetector().detect(s) for s in series_by_role()[Role.LOSS]),
         "initial level": any(InitialLevelDetector().detect(s) for s in series_by_role()[Role.LOSS]),
@@ -128,3 +152,18 @@ def test_a_state_survives_json_as_the_store_keeps_it():
     again = type(state).from_dict(json.loads(text))
     assert json.dumps(again.to_dict(), allow_nan=False) == text
     assert detector.feed(again, s.step[5:], s.value[5:], s.tag)[1:] == detector.feed(state, s.step[5:], s.value[5:], s.tag)[1:]
+
+
+def test_a_divergence_that_closes_says_the_same_in_any_split():
+    """A closed incident is built mid-feed: nothing in it may come from where the feed began."""
+    n = 6000
+    loss = (1.8 + 4 * np.exp(-np.arange(n) / 600)) * (1 + 0.02 * np.random.default_rng(0).standard_normal(n))
+    loss *= 1 + 0.5 * np.clip(1 - np.abs(np.arange(n) - 3600) / 600, 0, None)
+    series = prepare_run({"train/loss": TagWrites(
+        np.arange(n, dtype=np.int64), loss, np.zeros(n, np.int32))}).series["train/loss"]
+    [whole] = DivergenceDetector().detect(series)
+    assert not whole.ongoing
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        cuts = sorted(rng.integers(1, n, int(rng.integers(1, 60))).tolist())
+        assert feed_in_pieces(DivergenceDetector(), series.step, series.value, cuts, series.tag) == [whole]
