@@ -116,7 +116,7 @@ class EvalRiseDetector:
         self, state: EvalRiseState, step: np.ndarray, value: np.ndarray, tag: str = ""
     ) -> tuple[EvalRiseState, list[Finding], list[Finding]]:
         c = self.config
-        points, new = cut_blocks(state.points, step, value, 1, c.noise_points)
+        points, new = cut_blocks(state.points, step, value, 1, c.noise_points, points=False)
         v, at, sigma = new.level, new.step, new.sigma
         n = len(v)
         s = replace(state, points=points)

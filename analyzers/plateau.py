@@ -151,7 +151,7 @@ class InitialLevelDetector:
         self, state: InitialLevelState, step: np.ndarray, value: np.ndarray, tag: str
     ) -> tuple[InitialLevelState, list[Finding], list[Finding]]:
         c = self.config
-        blocks, new = cut_blocks(state.blocks, step, value, self.block_points, 32)
+        blocks, new = cut_blocks(state.blocks, step, value, self.block_points, 32, levels=False)
         s = replace(state, blocks=blocks)
         n = len(new.level)
         if not n:
@@ -283,6 +283,9 @@ class ZeroLRDetector:
         before = np.concatenate([[state.prev], value[:-1]])
         before_step = np.concatenate([[state.prev_step], step[:-1]])
         zero = (value == 0) | ((value <= self.config.zero_lr * peak) & (value == before))
+        latest = {"peak": float(peak[-1]), "prev": float(value[-1]), "prev_step": int(step[-1]), "last_step": int(step[-1])}
+        if state.since < 0 and not zero.any():  # the usual case: an LR that is not zero
+            return replace(state, **latest), [], []
         edges = np.diff(np.concatenate([[state.since >= 0], zero]).astype(np.int8))
         starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)  # ends: first non-zero index
         # a repeated value's run starts at its first occurrence
@@ -304,7 +307,7 @@ class ZeroLRDetector:
                 closed += self._closed(replace(run, points=b - a), b - a, int(step[b]), int(step[b - 1]), tag)
             else:
                 s = replace(run, points=n - int(a))
-        s = replace(s, peak=float(peak[-1]), prev=float(value[-1]), prev_step=int(step[-1]), last_step=int(step[-1]))
+        s = replace(s, **latest)
         return s, closed, self._open(s, tag)
 
     def _long(self, points: int, since: int, last: int) -> bool:

@@ -87,9 +87,12 @@ class Blocks:
     first: int  # index of the first of them in the whole series' blocks
 
 
-def cut_blocks(state: BlockState, step: np.ndarray, value: np.ndarray, size: int, history: int) -> tuple[BlockState, Blocks]:
+def cut_blocks(
+    state: BlockState, step: np.ndarray, value: np.ndarray, size: int, history: int, levels: bool = True, points: bool = True
+) -> tuple[BlockState, Blocks]:
     """Add a piece of a series (sorted, after what was fed) and return the blocks it
-    completes."""
+    completes, with the noise of levels and of points (each only when asked for: a detector
+    always asks for the same)."""
     step, value = finite_points(step, value)
     first_step = state.first_step if state.first_step >= 0 or not len(step) else int(step[0])
     s = np.concatenate([state.pending_step, step])
@@ -103,43 +106,48 @@ def cut_blocks(state: BlockState, step: np.ndarray, value: np.ndarray, size: int
     else:
         level, mid, end = np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64)
     chain = np.concatenate([state.last, level])
-    new_d2 = np.abs(chain[2:] - 2 * chain[1:-1] + chain[:-2])
-    hist = np.concatenate([state.d2, new_d2])
-    # the d2 values known before each new block: those of blocks up to the one before it
-    lacking = count - len(new_d2)  # the run's first two blocks have no d2 of their own
-    before = len(state.d2) + np.clip(np.arange(count) - lacking, 0, None) - 1
-    # a few second differences of a curved start say more about the curve than the noise:
-    # none is used before there are 3, and 8 evaluations' worth for blocks of few points
-    need_d2 = max(3, -(-8 // size))
-    if len(hist) >= need_d2:
-        med = bn.move_median(hist, min(history, len(hist)), min_count=need_d2)
-        sigma = np.nan_to_num(np.where(before >= 0, med[np.clip(before, 0, None)], np.nan)) * D2_MAD_TO_SIGMA
-    else:
-        sigma = np.zeros(count)
-    # point noise: each block's median |difference| of its points with the point before
-    points = v[:full]
-    gaps = np.abs(points - np.concatenate([[state.tail], points[:-1]])).reshape(count, size)
-    spread = np.concatenate([state.spread, bn.nanmedian(gaps, axis=1) * DIFF_MAD_TO_SIGMA])
-    need = max(1, -(-8 // size))  # blocks that hold 8 differences
-    if len(spread) >= need:
-        known = bn.move_median(spread, min(history, len(spread)), min_count=need)
-        at = len(state.spread) + np.arange(count) - 1
-        point_sigma = np.nan_to_num(np.where(at >= 0, known[np.clip(at, 0, None)], np.nan))
-    else:
-        point_sigma = np.zeros(count)
+    sigma, d2 = np.zeros(count), state.d2
+    if levels:
+        new_d2 = np.abs(chain[2:] - 2 * chain[1:-1] + chain[:-2])  # the run's first two blocks have none
+        # a few second differences of a curved start say more about the curve than the
+        # noise: none is used before there are 3, and 8 evaluations' worth for small blocks
+        sigma, d2 = _before_each(state.d2, new_d2, count, history, max(3, -(-8 // size)))
+        sigma *= D2_MAD_TO_SIGMA
+    kept = v[:full]
+    point_sigma, spread = np.zeros(count), state.spread
+    if points:
+        # each block's median |difference| of its points with the point before
+        gaps = np.abs(kept - np.concatenate([[state.tail], kept[:-1]])).reshape(count, size)
+        point_sigma, spread = _before_each(state.spread, bn.nanmedian(gaps, axis=1) * DIFF_MAD_TO_SIGMA, count, history,
+                                           max(1, -(-8 // size)))
     new_state = BlockState(
         pending_step=s[full:].copy(),
         pending_value=v[full:].copy(),
         last=chain[-2:].copy(),
-        d2=hist[-history:].copy(),
-        spread=spread[-history:].copy(),
-        tail=float(points[-1]) if full else state.tail,
+        d2=d2,
+        spread=spread,
+        tail=float(kept[-1]) if full else state.tail,
         blocks=state.blocks + count,
         points=state.points + len(value),
         first_step=first_step,
         last_step=int(step[-1]) if len(step) else state.last_step,
     )
     return new_state, Blocks(level, mid, end, sigma, point_sigma, state.blocks)
+
+
+def _before_each(ring: np.ndarray, new: np.ndarray, count: int, history: int, need: int) -> tuple[np.ndarray, np.ndarray]:
+    """For each of `count` new blocks, the median of the last `history` values known before
+    it (0 until `need` are known); the new values belong to the last len(new) blocks, one
+    each.  Also the ring of the last `history` values to keep."""
+    hist = np.concatenate([ring, new])
+    keep = hist[-history:].copy()
+    if len(hist) < need or not count:
+        return np.zeros(count), keep
+    at = len(ring) + np.maximum(np.arange(count) - (count - len(new)), 0) - 1
+    med = bn.move_median(hist, min(history, len(hist)), min_count=need)
+    out = np.where(at >= 0, med[np.maximum(at, 0)], 0.0)
+    out[np.isnan(out)] = 0.0
+    return out, keep
 
 
 def running_low(low: float, low_step: int, level: np.ndarray, step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -241,7 +249,7 @@ class DivergenceDetector:
         self, state: DivergenceState, step: np.ndarray, value: np.ndarray, tag: str = ""
     ) -> tuple[DivergenceState, list[Finding], list[Finding]]:
         c = self.config
-        blocks, new = cut_blocks(state.blocks, step, value, c.block_points, c.noise_blocks)
+        blocks, new = cut_blocks(state.blocks, step, value, c.block_points, c.noise_blocks, points=False)
         state = replace(state, blocks=blocks)
         n = len(new.level)
         if not n:
