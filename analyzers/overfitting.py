@@ -283,7 +283,7 @@ def judge(rise: Finding, eval_series: Series, train: Series | None, config: Over
         if rise.ongoing
         else f"{rise.tag} rose after its best at step {best_step}: {size}, back by step {rise.end_step} ({evals})"
     )
-    change = _train_change(train, best_step, upto, eval_series.interval, config) if train is not None else None
+    change = _train_change(train, eval_series.fstep, best_step, upto, config) if train is not None else None
     if change is not None:
         t0, t1, moved = change
         if moved == "rose":
@@ -330,21 +330,23 @@ def _divergence(rise: Finding, text: str, evidence: dict) -> Finding:
 
 
 def _train_change(
-    train: Series, best_step: int, upto: int, eval_interval: int, config: OverfittingConfig
+    train: Series, eval_steps: np.ndarray, best_step: int, upto: int, config: OverfittingConfig
 ) -> tuple[float, float, str] | None:
-    """The train loss level at the best step and at `upto`, and whether it fell, stayed
-    flat or rose between them."""
+    """The train loss level at the best step and at `upto` (the median of the train points
+    logged since the evaluation before each, at most `train_points`), and whether it fell,
+    stayed flat or rose between them."""
     s, v = train.fstep, train.fvalue
     levels = []
     for at in (best_step, upto):
         b = int(np.searchsorted(s, at, side="right"))
-        a = max(int(np.searchsorted(s, at - eval_interval, side="right")), b - config.train_points)
         if b == 0:
             return None
-        levels.append(v[min(a, b - 1) : b])
+        i = int(np.searchsorted(eval_steps, at))  # this evaluation; the one before it, if any
+        since = int(np.searchsorted(s, eval_steps[i - 1], side="right")) if i > 0 else 0
+        levels.append(v[max(since, b - config.train_points, 0) : b] if since < b else v[b - 1 : b])
     then, now = levels
     t0, t1 = float(np.median(then)), float(np.median(now))
-    recent = v[max(0, int(np.searchsorted(s, upto, side="right")) - 4 * config.train_points) : int(np.searchsorted(s, upto, side="right"))]
+    recent = v[max(0, b - 4 * config.train_points) : b]
     point = float(np.median(np.abs(np.diff(recent)))) * DIFF_MAD_TO_SIGMA if len(recent) > 2 else 0.0
     sigma = point * 1.2533 * math.sqrt(1 / len(then) + 1 / len(now))
     tolerance = max(config.train_tolerance * abs(t0), 3 * sigma)

@@ -106,9 +106,7 @@ class InitialLevelState(StreamState):
     phase: int  # 0 watching, 1 open (stayed through the window), 2 done
     out: int  # blocks in a row outside the band while open
     out_step: int  # where that run of blocks started
-    level: float  # the latest level and the band it was judged by
-    band: float
-    last_step: int  # last step of the latest block
+    level: float  # the latest level
 
 
 class InitialLevelDetector:
@@ -123,7 +121,7 @@ class InitialLevelDetector:
         self.unmoved_window = (c.eval_unmoved_points, 0) if evaluations else (c.unmoved_points, c.unmoved_steps)
 
     def start(self) -> InitialLevelState:
-        return InitialLevelState(empty_blocks(), math.nan, 0, 0, -1, math.nan, math.nan, -1)
+        return InitialLevelState(empty_blocks(), math.nan, 0, 0, -1, math.nan)
 
     def detect(self, series: Series) -> list[Finding]:
         _, closed, still_open = self.feed(self.start(), series.step, series.value, series.tag)
@@ -166,6 +164,7 @@ class InitialLevelDetector:
         run = idx - last_in  # blocks in a row outside the band, ending at each block
         leave = np.flatnonzero(run >= c.confirm_blocks)
         closed: list[Finding] = []
+        watched_from = 0  # the blocks of this piece during which the plateau is open
         if s.phase == 0:
             points = (new.first + idx + 1) * self.block_points
             # long enough, and with room for a departure to have been seen
@@ -175,19 +174,19 @@ class InitialLevelDetector:
             )
             ready = np.flatnonzero(long_enough & inside)
             if len(ready) and (not len(leave) or ready[0] < leave[0]):
-                s = replace(s, phase=1)  # stayed through the window: not learning
+                s, watched_from = replace(s, phase=1), int(ready[0])  # stayed through the window: not learning
             elif len(leave):
                 s = replace(s, phase=2)  # it moved before the window was over: learning
-        if s.phase == 1 and len(leave) and (state.phase == 1 or leave[-1] > ready[0]):
-            j = int(leave[0]) if state.phase == 1 else int(leave[leave > ready[0]][0])
+        later = leave[leave >= watched_from] if s.phase == 1 else leave[:0]
+        if len(later):  # it left: the plateau is over, from the first block of that departure
+            j = int(later[0])
             start = int(last_in[j]) + 1
             end = s.out_step if start < 0 else int(new.step[start])
-            closed.append(self._finding(replace(s, phase=2, first=first, level=float(new.level[j]), band=float(band[j])), tag, end))
+            closed.append(self._finding(replace(s, phase=2, first=first, level=float(new.level[j])), tag, end))
             s = replace(s, phase=2)
         start = int(last_in[-1]) + 1
         out_step = -1 if not run[-1] else s.out_step if start < 0 else int(new.step[start])
-        s = replace(s, first=first, out=int(run[-1]), out_step=out_step, level=float(new.level[-1]), band=float(band[-1]),
-                    last_step=int(new.last_step[-1]))
+        s = replace(s, first=first, out=int(run[-1]), out_step=out_step, level=float(new.level[-1]))
         return s, closed, []
 
     def _open(self, s: InitialLevelState, tag: str) -> list[Finding]:

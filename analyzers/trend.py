@@ -150,16 +150,6 @@ def _before_each(ring: np.ndarray, new: np.ndarray, count: int, history: int, ne
     return out, keep
 
 
-def running_low(low: float, low_step: int, level: np.ndarray, step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The lowest level so far at each new block, and the step where it was set (the
-    earlier of equal lows)."""
-    lows = np.minimum.accumulate(np.concatenate([[low], level]))
-    is_new = level < lows[:-1]
-    where = np.concatenate([[low_step], step])
-    idx = np.maximum.accumulate(np.where(is_new, np.arange(1, len(level) + 1), 0))
-    return lows[1:], where[idx]
-
-
 # -- divergence ------------------------------------------------------------------------------
 
 
@@ -167,13 +157,12 @@ def running_low(low: float, low_step: int, level: np.ndarray, step: np.ndarray) 
 class DivergenceState(StreamState):
     blocks: BlockState
     low: float  # the trend's lowest level so far (inf before any block)
-    low_step: int
     near_step: int  # the last block within noise of the low: where a rise starts
     recent: np.ndarray  # the last 9 levels (for "keeps climbing")
     streak: int  # blocks in a row above the margin (closed) or back within half of it (open)
     streak_step: int  # where that streak began
     open: bool
-    onset: int  # the open incident's onset step (its low's step)
+    onset: int  # the open incident's onset step (where it left its floor)
     base: float  # the open incident's low
     top: float  # highest level since onset, and where
     top_step: int
@@ -239,7 +228,7 @@ class DivergenceDetector:
         self.config = config
 
     def start(self) -> DivergenceState:
-        return DivergenceState(empty_blocks(), np.inf, -1, -1, np.zeros(0), 0, -1, False, -1, np.nan, np.nan, -1, np.nan, -1, 0.0, 0)
+        return DivergenceState(empty_blocks(), np.inf, -1, np.zeros(0), 0, -1, False, -1, np.nan, np.nan, -1, np.nan, -1, 0.0, 0)
 
     def detect(self, series: Series) -> list[Finding]:
         _, closed, still_open = self.feed(self.start(), series.step, series.value, series.tag)
@@ -254,7 +243,7 @@ class DivergenceDetector:
         n = len(new.level)
         if not n:
             return state, [], self._open(state, tag)
-        low, low_step = running_low(state.low, state.low_step, new.level, new.step)
+        low = np.minimum.accumulate(np.concatenate([[state.low], new.level]))[1:]
         margin = np.maximum(c.divergence_rise * np.abs(low), c.divergence_z * new.sigma)
         rise = new.level - low
         above, back = (rise > 0) & (rise >= margin), rise <= margin / 2
@@ -288,7 +277,7 @@ class DivergenceDetector:
                 closed.append(self._finding(at_close, tag, end=end, now=float(new.level[j])))
             j += 1
         s = replace(
-            state, **inc.fields(), low=float(low[-1]), low_step=int(low_step[-1]), near_step=int(near_step[-1]),
+            state, **inc.fields(), low=float(low[-1]), near_step=int(near_step[-1]),
             recent=np.concatenate([state.recent, new.level])[-9:], level=float(new.level[-1]),
             level_step=int(new.step[-1]), noise=float(new.sigma[-1]),
         )
