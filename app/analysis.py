@@ -4,6 +4,7 @@ to alerts: a finding placed in its run, with a stable identity."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,19 @@ from analyzers.findings import Finding, Kind
 from analyzers.health import RunHealth, run_health
 from analyzers.series import Resume, TagWrites, prepare_run
 from app.ingest.logdir import Run
+
+log = logging.getLogger("losswatch.analysis")
+
+
+class AnalysisFailed(Exception):
+    """A detector raised on one run's data.  Caught at the run boundary, so one run's bad
+    data (or a detector bug it triggers) never stops the analysis of any other run; the
+    message names the run and the error, and the traceback goes to the log."""
+
+    def __init__(self, source: str, run: str, error: BaseException) -> None:
+        self.source, self.run = source, run
+        self.reason = f"{type(error).__name__}: {error}"
+        super().__init__(f"run {run!r} ({source}): analysis failed: {self.reason}")
 
 
 @dataclass(frozen=True)
@@ -82,7 +96,7 @@ def analyze(source: str, run: Run, config: AnalysisConfig = AnalysisConfig()) ->
 
 def assess_run(source: str, run: Run, config: AnalysisConfig = AnalysisConfig()) -> tuple[list[Alert], RunHealth]:
     """Alerts and health of a run just read."""
-    resumes = tuple(Resume(r.from_step, r.to_step, r.segment, r.wall_time) for r in run.rollbacks)
+    resumes = tuple(Resume(r.from_step, r.to_step, r.segment, r.wall_time, r.tags) for r in run.rollbacks)
     return assess_writes(source, run.name, tag_writes(run), resumes, config)
 
 
@@ -93,7 +107,8 @@ def analyze_writes(
     resumes: tuple[Resume, ...],
     config: AnalysisConfig = AnalysisConfig(),
 ) -> list[Alert]:
-    """Alerts of a run given as every write of each tag (as the store holds them)."""
+    """Alerts of a run given as every write of each tag (as the store holds them).
+    Raises AnalysisFailed, never anything else, when the detectors fail on it."""
     return assess_writes(source, run, writes, resumes, config)[0]
 
 
@@ -104,11 +119,17 @@ def assess_writes(
     resumes: tuple[Resume, ...],
     config: AnalysisConfig = AnalysisConfig(),
 ) -> tuple[list[Alert], RunHealth]:
-    """Alerts and health of a run given as every write of each tag."""
-    prepared = prepare_run(writes, resumes, config.roles, run)
-    findings = analyze_run(prepared, config)
+    """Alerts and health of a run given as every write of each tag.  Raises
+    AnalysisFailed, never anything else, when the detectors fail on it."""
+    try:
+        prepared = prepare_run(writes, resumes, config.roles, run)
+        findings = analyze_run(prepared, config)
+        health = run_health(prepared, findings, config.plateau, config.health)
+    except Exception as e:  # the boundary of pure analyzer code: no I/O or store state in here
+        log.exception("analysis failed", extra={"source": source, "run": run})
+        raise AnalysisFailed(source, run, e) from e
     alerts = [Alert(fingerprint(source, run, f.tag, f.kind.value, f.start_step), source, run, f) for f in findings]
-    return alerts, run_health(prepared, findings, config.plateau, config.health)
+    return alerts, health
 
 
 def _number(x: float | None) -> float | None:

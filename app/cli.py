@@ -11,6 +11,7 @@ import json
 import sys
 import time
 import tomllib
+from urllib.parse import urlsplit
 
 import click
 import httpx
@@ -38,6 +39,21 @@ _db_option = click.option(
     "--db", "db_url", envvar="LOSSWATCH_DB", show_envvar=True,
     help="Store URL: sqlite:///FILE or postgresql://... (default: a SQLite file in the user state directory).",
 )
+
+def _external_url(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """scheme://host[:port] with no path: the origin browsers see."""
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    try:
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        port_ok = False
+    if (parts.scheme not in ("http", "https") or not parts.hostname or not port_ok or parts.path.strip("/")
+            or parts.query or parts.fragment):
+        raise click.BadParameter(f"{value!r} is not http(s)://HOST[:PORT]")
+    return f"{parts.scheme}://{parts.netloc}"
+
 
 EXIT_ALERTS = 1
 EXIT_INPUT_ERROR = 2
@@ -100,15 +116,27 @@ def analyze(paths: tuple[str, ...], fmt: str, config_file: str | None, fail_on: 
     or trainer_state log).  Stateless: each call reads and analyses everything."""
     config = _load_config(config_file)
     reads = [(path, _read(path, strict)) for path in paths]
-    assessed = [(path, run, *analysis.assess_run(path, run, config)) for path, read in reads for run in read.runs.values()]
+    assessed, failed = [], 0
+    for path, read in reads:
+        for run in read.runs.values():
+            try:
+                run_alerts, health = analysis.assess_run(path, run, config)
+            except analysis.AnalysisFailed as e:  # reported; every other run is still analysed
+                click.echo(f"losswatch: {e}", err=True)
+                failed += 1
+                run_alerts, health = [], None
+            assessed.append((path, run, run_alerts, health))
     alerts = [alert for *_, run_alerts, _ in assessed for alert in run_alerts]
     if fmt == "json":
-        click.echo(json.dumps({"runs": [{**_run_summary(p, r), "health": h.to_dict()} for p, r, _, h in assessed],
+        click.echo(json.dumps({"runs": [{**_run_summary(p, r), "health": h.to_dict() if h else None} for p, r, _, h in assessed],
                                "alerts": [a.to_dict() for a in alerts]}, indent=2))
     else:
         click.echo(render_table(alerts, len(assessed)))
-        if assessed:
-            click.echo(render_health([(r.name, h) for _, r, _, h in assessed]))
+        told = [(r.name, h) for _, r, _, h in assessed if h is not None]
+        if told:
+            click.echo(render_health(told))
+    if failed:
+        sys.exit(EXIT_INPUT_ERROR)
     if fail_on != "never" and any(a.finding.severity >= Severity[fail_on.upper()] for a in alerts):
         sys.exit(EXIT_ALERTS)
 
@@ -130,7 +158,7 @@ def plot(path: str, run_name: str | None, tag: str | None, output: str) -> None:
         fmt = plots.image_format(output)
         run = plots.pick_run(path, _read(path, False).runs, run_name)
         plots.write_image(plots.draw_run(path, run, tag), output, fmt)
-    except plots.PlotError as e:
+    except (plots.PlotError, analysis.AnalysisFailed) as e:
         _fail(str(e))
 
 
@@ -154,13 +182,20 @@ def scan(
     config = _load_config(config_file)
     store = _open_store(db_url)
     progress = _progress("scanning runs") if sys.stderr.isatty() else None
+    reporter = scanner.Reporter.new()
     try:
         with httpx.Client() as client:
-            outcome = scanner.scan(store, list(paths), config=config, webhooks=list(webhooks), client=client, progress=progress)
+            outcome = scanner.scan(
+                store, list(paths), config=config, webhooks=list(webhooks), client=client, progress=progress,
+                reporter=reporter,
+            )
     except IngestError as e:
         _report(e.problems)
         sys.exit(EXIT_INPUT_ERROR)
     _report(outcome.problems)
+    if outcome.earlier:
+        click.echo(f"losswatch: {outcome.earlier} changes committed by an earlier scan that stopped before "
+                   "printing them come first", err=True)
     for failure in outcome.deliveries.failed:
         click.echo(f"losswatch: webhook delivery failed (will retry on the next scan): {failure}", err=True)
     summary = (
@@ -169,6 +204,8 @@ def scan(
     )
     open_records = scanner.open_alerts(store, list(paths)) if show_all else []
     click.echo(_render_scan(fmt, outcome, summary, open_records, show_all))
+    sys.stdout.flush()
+    scanner.printed(store, reporter)
     worst = [Severity[e.event.record.severity.upper()] for e in outcome.events if e.event.change.value != "resolved"]
     if show_all:
         worst += [Severity[r.severity.upper()] for r in open_records if r.state.value == "firing"]
@@ -189,13 +226,17 @@ def scan(
 @click.option("--max-body-bytes", default=64 << 20, show_default=True, type=click.IntRange(min=1))
 @click.option("--max-points", default=1_000_000, show_default=True, type=click.IntRange(min=1),
               help="Most points one request may carry.")
+@click.option("--max-heavy-requests", default=2, show_default=True, type=click.IntRange(min=1),
+              help="Large posts and series reads served at once; more get 503 with Retry-After.")
 @click.option("--webhook", "webhooks", multiple=True, help="POST each alert change here (repeatable).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file of detector settings.")
-@click.option("--insecure", is_flag=True, help="Listen beyond loopback even though no API token exists.")
+@click.option("--external-url", callback=_external_url,
+              help="The URL browsers reach the service at (https://... makes the sign-in cookie Secure).")
+@click.option("--insecure", is_flag=True, help="Run open: no request needs a token, even when tokens exist.")
 def serve(
     host: str, port: int, db_url: str | None, allowed_roots: tuple[str, ...], poll_interval: float,
-    analysis_interval: float, max_body_bytes: int, max_points: int, webhooks: tuple[str, ...],
-    config_file: str | None, insecure: bool,
+    analysis_interval: float, max_body_bytes: int, max_points: int, max_heavy_requests: int,
+    webhooks: tuple[str, ...], config_file: str | None, external_url: str | None, insecure: bool,
 ) -> None:
     """Run the HTTP service: ingest over HTTP, watched logdirs, the alerts API."""
     import uvicorn
@@ -208,16 +249,14 @@ def serve(
     with store.read() as conn:
         protected = tokens.any_tokens(conn)
     store.close()
-    if not protected and not _loopback(host) and not insecure:
-        _fail(
-            f"refusing to listen on {host} with no API token: anyone who can reach it could post and read. "
-            "Create one with `losswatch token create NAME --scope write`, or pass --insecure"
-        )
     settings = Settings(
         db_url=db_url, allowed_roots=allowed_roots, poll_interval=poll_interval, analysis_interval=analysis_interval,
-        max_body_bytes=max_body_bytes, max_points_per_request=max_points, webhooks=webhooks,
-        analysis=_load_config(config_file),
+        max_body_bytes=max_body_bytes, max_points_per_request=max_points, max_heavy_requests=max_heavy_requests,
+        webhooks=webhooks, analysis=_load_config(config_file), auth=_auth_mode(host, protected, insecure),
+        external_url=external_url,
     )
+    if insecure:
+        click.echo("losswatch: --insecure: no request needs a token", err=True)
     uvicorn.run(create_app(settings), host=host, port=port, log_config=log_config(), access_log=False,
                 timeout_graceful_shutdown=30)
 
@@ -258,10 +297,32 @@ def token_list(db_url: str | None) -> None:
 @click.argument("name")
 @_db_option
 def token_revoke(name: str, db_url: str | None) -> None:
-    """Delete a token: requests bearing it are refused from now on."""
+    """Delete a token: requests bearing it are refused from now on (within 5 s)."""
     with _open_store(db_url).write() as conn:
         if not tokens.revoke_token(conn, name):
             _fail(f"no token called {name!r}")
+        last = not tokens.any_tokens(conn)
+    if last:
+        click.echo(
+            f"losswatch: revoked {name!r}, the last token: a service that needed tokens stays locked (401 on every "
+            "request but /healthz and /metrics) until `losswatch token create` makes a new one", err=True,
+        )
+
+
+def _auth_mode(host: str, protected: bool, insecure: bool) -> str:
+    """Whether the service will need tokens, decided once, before it starts (see
+    app/service/auth.py): open only when asked to be, or on loopback until the first token."""
+    if insecure:
+        return "open"
+    if protected:
+        return "required"
+    if _loopback(host):
+        return "until_first_token"
+    _fail(
+        f"refusing to listen on {host} with no API token: anyone who can reach it could post and read. "
+        "Create one with `losswatch token create NAME --scope write`, or pass --insecure"
+    )
+    raise AssertionError("unreachable")
 
 
 def _loopback(host: str) -> bool:

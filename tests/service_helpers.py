@@ -19,10 +19,12 @@ from app.service.settings import Settings
 
 @contextlib.contextmanager
 def service(url: str, **settings):
-    """A running app (lifespan entered) and a client for it; no background loop unless asked."""
+    """A running app (lifespan entered) and a client for it; no background loop unless asked.
+    Authenticated as `serve` on loopback is unless told otherwise: open until a token exists."""
     settings.setdefault("background", False)
+    settings.setdefault("auth", "until_first_token")
     app = create_app(Settings(db_url=url, **settings))
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://127.0.0.1") as client:  # an open loopback service wants a loopback Host
         yield client
 
 

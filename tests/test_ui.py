@@ -71,29 +71,62 @@ def test_with_tokens_a_browser_signs_in_and_gets_a_cookie(tmp_path):
         assert c.get("/").status_code == 200 and c.get("/v1/runs").status_code == 200  # the cookie is sent along
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
-def test_in_a_real_browser_open_a_run_see_its_chart_and_alerts_and_click_through(tmp_path):
+@pytest.fixture
+def browser():
+    """Debian's Chromium, driven by playwright; skips saying why when either is missing."""
+    if CHROMIUM is None:
+        pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
     playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--no-first-run"],
+        )
+        yield browser
+        browser.close()
+
+
+def watched_page(browser, errors: list[str]):
+    """A page whose script errors and console errors (a Content-Security-Policy violation is
+    one: "Refused to execute inline script ...") land in `errors`."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    return page
+
+
+def test_in_a_real_browser_open_a_run_see_its_chart_and_alerts_and_click_through(tmp_path, browser):
     with server_process(f"sqlite:///{tmp_path / 'ui.db'}", "--allow-root", SAMPLES, "--poll-interval", "600") as (base, _):
         httpx.post(f"{base}/v1/logdirs", json={"path": SAMPLES})
         wait_for(lambda: len(httpx.get(f"{base}/v1/runs").json()) == 7)
-        with playwright.sync_playwright() as p:
-            browser = p.chromium.launch(
-                executable_path=CHROMIUM,
-                args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                      "--disable-sync", "--no-first-run"],
-            )
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            errors = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(base + "/")
-            page.click("text=bad_batch")
-            page.wait_for_selector("#charts[data-ready=true]", timeout=20_000)
-            assert page.locator(".chart canvas").count() == 3  # uPlot drew every tag
-            assert page.locator("tr.alert-row").count() >= 2
-            page.click("a.alert-link:has-text('train/loss spiked at step 1500')")
-            page.wait_for_selector("#charts[data-ready=true]", timeout=20_000)
-            assert "back in" in page.inner_text(".message")
-            assert page.locator(".chart canvas").count() == 1
-            browser.close()
+        errors = []
+        page = watched_page(browser, errors)
+        first = page.goto(base + "/")
+        assert "script-src 'self'" in first.headers["content-security-policy"]  # the policy is on, and holds:
+        page.click("text=bad_batch")
+        page.wait_for_selector("#charts[data-ready=true]", timeout=20_000)
+        assert page.locator(".chart canvas").count() == 3  # uPlot drew every tag
+        assert page.locator("tr.alert-row").count() >= 2
+        page.click("a.alert-link:has-text('train/loss spiked at step 1500')")
+        page.wait_for_selector("#charts[data-ready=true]", timeout=20_000)
+        assert "back in" in page.inner_text(".message")
+        assert page.locator(".chart canvas").count() == 1
+        page.goto(base + "/docs")  # Swagger UI, bundled, under the same policy
+        page.wait_for_selector(".opblock", timeout=20_000)
+        assert page.locator(".opblock").count() >= 10
         assert errors == []
+
+
+def test_in_a_real_browser_a_tag_name_is_shown_as_text_when_its_series_fails(tmp_path, browser):
+    tag = '<img src=x onerror="document.title=\'owned\'">'
+    with server_process(f"sqlite:///{tmp_path / 'ui.db'}") as (base, _):
+        httpx.post(f"{base}/v1/runs/xss/points", json={"points": [{"step": i, "tag": tag, "value": 1.0} for i in range(50)]})
+        errors = []
+        page = watched_page(browser, errors)
+        page.route("**/series?*", lambda route: route.fulfill(status=503, body="{}"))  # the series request fails
+        page.goto(base + "/run?name=xss")
+        page.wait_for_selector("#charts p.error", timeout=20_000)
+        assert page.inner_text("#charts p.error") == f"series {tag}: HTTP 503"
+        assert page.locator("#charts img").count() == 0 and page.title() != "owned"
+        assert [e for e in errors if "503" not in e] == []  # the failed fetch itself is the one console error

@@ -13,9 +13,10 @@ from app.store.db import StoreError
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str, details: Any = None) -> None:
+    def __init__(self, status: int, code: str, message: str, details: Any = None, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.details = status, code, message, details
+        self.headers = headers
 
 
 def error_body(code: str, message: str, details: Any = None) -> dict:

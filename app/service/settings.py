@@ -3,11 +3,19 @@ the environment or built at import."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from analyzers.config import AnalysisConfig
 
 HTTP_SOURCE = "http"  # the source of runs posted to the service, beside logdir paths
+
+# How the service authenticates, decided once when it starts (see app/service/auth.py):
+#   required           a token on every request but the public routes, for the process's life;
+#   until_first_token  open until the store holds a token, then required for good (loopback only);
+#   open               no token is ever checked (`serve --insecure`).
+AuthMode = Literal["required", "until_first_token", "open"]
 
 
 class Settings(BaseModel):
@@ -17,8 +25,13 @@ class Settings(BaseModel):
     allowed_roots: tuple[str, ...] = Field((), description="Directories under which logdirs may be registered.")
     max_body_bytes: int = Field(64 << 20, description="Larger request bodies get 413.")
     max_points_per_request: int = Field(1_000_000, description="More points in one request get 413.")
+    max_heavy_requests: int = Field(2, ge=1, description="Large posts and series reads served at once; more get 503.")
     poll_interval: float = Field(30.0, description="Seconds between scans of each watched logdir.")
     analysis_interval: float = Field(1.0, description="A run is analysed at most this often; busier runs are analysed in the background.")
     webhooks: tuple[str, ...] = Field((), description="Where alert changes are POSTed.")
     analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
+    auth: AuthMode = Field("required", description="required, until_first_token or open: fixed for the process's life.")
+    external_url: str | None = Field(
+        None, description="The URL browsers reach the service at (scheme://host[:port]): the Origin writes must come "
+                          "from, and https makes the sign-in cookie Secure.")
     background: bool = Field(True, description="Run the logdir poller, deferred analysis and deliveries.")

@@ -7,10 +7,11 @@ from pathlib import Path
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from analyzers.roles import Role, infer_role
+from app.service import csrf
 from app.service.auth import COOKIE, READ
 from app.service.errors import ApiError
 from app.service.routes.alerts import alert_view
@@ -24,9 +25,17 @@ STATIC = HERE / "static"
 _ORDER = [Role.LOSS, Role.EVAL_LOSS, Role.GRAD_NORM, Role.LEARNING_RATE, Role.LOSS_SCALE, Role.OTHER]
 
 
+def _templates() -> Jinja2Templates:
+    """The pages' templates (autoescaped: every name is text), which know whether the browser
+    is signed in, to offer a sign-out button."""
+    templates = Jinja2Templates(directory=HERE / "templates")
+    templates.env.globals["signed_in"] = lambda request: COOKIE in request.cookies
+    return templates
+
+
 def build_router() -> APIRouter:
     """The UI's routes (not in the OpenAPI: they are for people)."""
-    templates = Jinja2Templates(directory=HERE / "templates")
+    templates = _templates()
     router = APIRouter(include_in_schema=False, dependencies=[READ])
 
     @router.get("/", response_class=HTMLResponse, name="ui_runs")
@@ -35,7 +44,7 @@ def build_router() -> APIRouter:
             runs = stored_runs.list_runs(conn)
             counts = stored_alerts.open_counts(conn)
         rows = [{"name": r.name, "source": r.source, "points": r.points, "last_step": r.last_step,
-                 "open_alerts": counts.get(r.id, {})} for r in runs]
+                 "open_alerts": counts.get(r.id, {}), "analysis_error": r.analysis_error} for r in runs]
         rows.sort(key=lambda r: (-r["open_alerts"].get("critical", 0), -r["open_alerts"].get("warning", 0), r["name"]))
         return templates.TemplateResponse(request, "runs.html", {"runs": rows})
 
@@ -49,7 +58,8 @@ def build_router() -> APIRouter:
         charts = sorted(({"tag": t, "role": infer_role(t).value} for t, *_ in tags),
                         key=lambda c: (_ORDER.index(Role(c["role"])), c["tag"]))
         context = {
-            "run": {"name": run.name, "source": run.source, "points": run.points, "last_step": run.last_step, "open_alerts": counts},
+            "run": {"name": run.name, "source": run.source, "points": run.points, "last_step": run.last_step,
+                    "open_alerts": counts, "analysis_error": run.analysis_error},
             "tags": charts,
             "alerts": [alert_view(*row) for row in rows if row[0].inhibited_by is None],
         }
@@ -79,9 +89,28 @@ def build_router() -> APIRouter:
     return router
 
 
+def build_docs_router() -> APIRouter:
+    """The OpenAPI description and its Swagger UI (bundled, like uPlot): as private as the
+    API they describe, so they need a read token whenever the API does."""
+    templates = _templates()
+    router = APIRouter(include_in_schema=False, dependencies=[READ])
+
+    @router.get("/openapi.json", name="openapi")
+    def openapi(request: Request) -> JSONResponse:
+        return JSONResponse(request.app.openapi())
+
+    @router.get("/docs", response_class=HTMLResponse, name="docs")
+    def docs(request: Request) -> Response:
+        return templates.TemplateResponse(request, "docs.html", {})
+
+    return router
+
+
 def build_login_router() -> APIRouter:
-    """Signing in sets the token as an HttpOnly cookie, which the pages and the API accept."""
-    templates = Jinja2Templates(directory=HERE / "templates")
+    """Signing in sets the token as an HttpOnly, SameSite=Strict cookie (Secure over HTTPS),
+    which the pages and the API accept; signing out clears it.  Both refuse other sites'
+    forms (`csrf.check_origin`); their bodies are capped small (`limits.SIGN_IN_BYTES`)."""
+    templates = _templates()
     router = APIRouter(include_in_schema=False)
 
     @router.get("/login", response_class=HTMLResponse, name="ui_login")
@@ -90,13 +119,21 @@ def build_login_router() -> APIRouter:
 
     @router.post("/login", name="ui_login_submit")
     async def login(request: Request) -> Response:
+        csrf.check_origin(request)
         token = parse_qs((await request.body()).decode(errors="replace")).get("token", [""])[0]
         with store_of(request).read() as conn:
             known = tokens.scopes_of(conn, token) is not None
         if not known:
             return templates.TemplateResponse(request, "login.html", {"error": "unknown token"}, status_code=401)
         response = RedirectResponse(request.url_for("ui_runs"), status_code=303)
-        response.set_cookie(COOKIE, token, httponly=True, samesite="strict")
+        response.set_cookie(COOKIE, token, path="/", httponly=True, samesite="strict", secure=csrf.secure_cookie(request))
+        return response
+
+    @router.post("/logout", name="ui_logout")
+    async def logout(request: Request) -> Response:
+        csrf.check_origin(request)
+        response = RedirectResponse(request.url_for("ui_login"), status_code=303)
+        response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict", secure=csrf.secure_cookie(request))
         return response
 
     return router

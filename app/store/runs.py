@@ -4,14 +4,14 @@ transaction: points and the offsets they were read up to commit together or not 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from analyzers.series import Resume, TagWrites
+from analyzers.series import Resume, TagWrites, hidden_by_resumes
 from app.ingest.logdir import RunState
 from app.ingest.points import Points
 from app.ingest.restarts import Rollback, SegmentState
@@ -31,6 +31,7 @@ class StoredRun:
     updated_at: float = 0.0
     analyzed_at: float | None = None
     analyzed_points: int | None = None
+    analysis_error: str | None = None  # why the last analysis failed, if it did
     health: dict | None = None  # as of the last applied analysis
 
 
@@ -39,6 +40,7 @@ class StoredFile:
     offset: int
     size: int
     end: str
+    head: str | None = None  # fingerprint of the first bytes (app.ingest.events); None: unknown
 
 
 def lock_run(conn: Connection, source: str, name: str, now: float) -> StoredRun:
@@ -57,23 +59,23 @@ def lock_run(conn: Connection, source: str, name: str, now: float) -> StoredRun:
 def known_files(conn: Connection, source: str) -> dict[str, dict[str, StoredFile]]:
     """Run name -> file path -> what was read of it, for every run of a source (one query:
     deciding that a logdir is unchanged costs a stat per file and nothing else)."""
-    query = sa.select(runs.c.name, files.c.path, files.c.offset, files.c.size, files.c.end).join(
+    query = sa.select(runs.c.name, files.c.path, files.c.offset, files.c.size, files.c.end, files.c.head).join(
         files, files.c.run_id == runs.c.id
     ).where(runs.c.source == source)
     out: dict[str, dict[str, StoredFile]] = {}
-    for name, path, offset, size, end in conn.execute(query):
-        out.setdefault(name, {})[path] = StoredFile(offset, size, end)
+    for name, path, offset, size, end, head in conn.execute(query):
+        out.setdefault(name, {})[path] = StoredFile(offset, size, end, head)
     return out
 
 
 def run_files(conn: Connection, run_id: int) -> dict[str, StoredFile]:
-    query = sa.select(files.c.path, files.c.offset, files.c.size, files.c.end).where(files.c.run_id == run_id)
-    return {path: StoredFile(offset, size, end) for path, offset, size, end in conn.execute(query)}
+    query = sa.select(files.c.path, files.c.offset, files.c.size, files.c.end, files.c.head).where(files.c.run_id == run_id)
+    return {path: StoredFile(offset, size, end, head) for path, offset, size, end, head in conn.execute(query)}
 
 
 def save_files(conn: Connection, run_id: int, progress: Mapping[str, StoredFile]) -> None:
     for path, f in progress.items():
-        values = {"offset": f.offset, "size": f.size, "end": f.end}
+        values = {"offset": f.offset, "size": f.size, "end": f.end, "head": f.head}
         updated = conn.execute(
             files.update().where(files.c.run_id == run_id, files.c.path == path).values(**values)
         )
@@ -138,6 +140,11 @@ def delete_points(conn: Connection, run_id: int) -> None:
     conn.execute(rollbacks.delete().where(rollbacks.c.run_id == run_id))
 
 
+def delete_files(conn: Connection, run_id: int) -> None:
+    """Forget how far each of a run's files was read (a run read again from the start)."""
+    conn.execute(files.delete().where(files.c.run_id == run_id))
+
+
 def load_writes(conn: Connection, run_id: int) -> dict[str, TagWrites]:
     """Every stored write of every tag of a run, in write order."""
     query = (
@@ -165,7 +172,7 @@ def add_rollbacks(conn: Connection, run_id: int, found: tuple[Rollback, ...]) ->
             rollbacks.insert(),
             [
                 {"run_id": run_id, "from_step": r.from_step, "to_step": r.to_step, "segment": r.segment,
-                 "file": r.source, "wall_time": r.wall_time, "purge": int(r.purge)}
+                 "file": r.source, "wall_time": r.wall_time, "purge": int(r.purge), "tags": list(r.tags) or None}
                 for r in found
             ],
         )
@@ -173,7 +180,7 @@ def add_rollbacks(conn: Connection, run_id: int, found: tuple[Rollback, ...]) ->
 
 def load_resumes(conn: Connection, run_id: int) -> tuple[Resume, ...]:
     query = sa.select(rollbacks).where(rollbacks.c.run_id == run_id).order_by(rollbacks.c.segment)
-    return tuple(Resume(r.from_step, r.to_step, r.segment, r.wall_time) for r in conn.execute(query))
+    return tuple(Resume(r.from_step, r.to_step, r.segment, r.wall_time, tuple(r.tags or ())) for r in conn.execute(query))
 
 
 def save_run(conn: Connection, run: StoredRun, state: RunState, points: int, last_step: int | None, now: float) -> None:
@@ -263,11 +270,96 @@ def load_tag_writes(conn: Connection, run_id: int, tag: str, from_step: int | No
     )
 
 
+@dataclass(frozen=True)
+class ChunkSpan:
+    """Where one stored chunk of a tag's writes lies, without its data."""
+
+    id: int
+    count: int
+    first_step: int
+    last_step: int
+
+
+def tag_chunks(conn: Connection, run_id: int, tag: str, start: int | None, end: int | None) -> list[ChunkSpan] | None:
+    """The chunks of one tag holding writes in [start, end] (None: unbounded), in write
+    order; None when the run has no such tag."""
+    tag_id = conn.execute(sa.select(tags.c.id).where(tags.c.run_id == run_id, tags.c.name == tag)).scalar()
+    if tag_id is None:
+        return None
+    query = sa.select(chunk_table.c.id, chunk_table.c.count, chunk_table.c.first_step, chunk_table.c.last_step).where(
+        chunk_table.c.tag_id == tag_id
+    )
+    if start is not None:
+        query = query.where(chunk_table.c.last_step >= start)
+    if end is not None:
+        query = query.where(chunk_table.c.first_step <= end)
+    return [ChunkSpan(*row) for row in conn.execute(query.order_by(chunk_table.c.id))]
+
+
+SERIES_BATCH = 8  # chunks fetched per query while walking a tag: a few MB at most
+
+
+def current_points(
+    conn: Connection, spans: list[ChunkSpan], start: int | None, end: int | None, resume_to: Mapping[int, int]
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(step, value) of a tag's current view within [start, end], one chunk at a time,
+    latest write first, each step once: the series of a run of millions of points is
+    never held whole.
+
+    The current view is decided step by step (`analyzers.series`): a write is in it when no
+    later resume hides it and no later unhidden write of its step exists.  Walking the
+    chunks from the latest, a chunk's unhidden steps are remembered only where an earlier
+    chunk's step range reaches them (a rollback or a late write), so an append-only tag
+    remembers nothing."""
+    if not spans:
+        return
+    lows = np.array([s.first_step for s in spans], np.int64)
+    highs = np.array([s.last_step for s in spans], np.int64)
+    earlier_low = np.minimum.accumulate(lows)  # [i]: the lowest step of chunks 0..i
+    earlier_high = np.maximum.accumulate(highs)
+    later: list[np.ndarray] = []  # sorted unhidden steps of later chunks that earlier ones reach
+    for batch_end in range(len(spans), 0, -SERIES_BATCH):
+        batch = range(batch_end - 1, max(batch_end - SERIES_BATCH, 0) - 1, -1)
+        query = sa.select(chunk_table.c.id, chunk_table.c.data).where(chunk_table.c.id.in_([spans[i].id for i in batch]))
+        data = dict(conn.execute(query).all())
+        for i in batch:
+            step, segment, _, value = chunks.unpack(data.pop(spans[i].id), spans[i].count)
+            if start is not None or end is not None:
+                inside = _between(step, start, end)
+                step, segment, value = step[inside], segment[inside], value[inside]
+            shown = ~hidden_by_resumes(step, segment, resume_to)
+            step, value = step[shown], value[shown]
+            if len(step) > 1 and not np.all(step[1:] > step[:-1]):
+                _, last = np.unique(step[::-1], return_index=True)  # the latest write of each step
+                keep = np.sort(len(step) - 1 - last)
+                step, value = step[keep], value[keep]
+            if later and len(step):
+                superseded = np.zeros(len(step), bool)
+                for steps in later:
+                    if steps[0] <= step.max() and steps[-1] >= step.min():
+                        superseded |= np.isin(step, steps)
+                step, value = step[~superseded], value[~superseded]
+            if i > 0:
+                reached = step[(step >= earlier_low[i - 1]) & (step <= earlier_high[i - 1])]
+                if len(reached):
+                    later.append(np.sort(reached))
+            yield step, value
+
+
+def _between(step: np.ndarray, start: int | None, end: int | None) -> np.ndarray:
+    inside = np.ones(len(step), bool)
+    if start is not None:
+        inside &= step >= start
+    if end is not None:
+        inside &= step <= end
+    return inside
+
+
 def rollback_rows(conn: Connection, run_id: int) -> list[dict]:
     query = sa.select(rollbacks).where(rollbacks.c.run_id == run_id).order_by(rollbacks.c.segment)
     return [
         {"from_step": r.from_step, "to_step": r.to_step, "segment": r.segment, "file": r.file,
-         "wall_time": r.wall_time, "purge": bool(r.purge)}
+         "wall_time": r.wall_time, "purge": bool(r.purge), "tags": r.tags}
         for r in conn.execute(query)
     ]
 
@@ -275,7 +367,7 @@ def rollback_rows(conn: Connection, run_id: int) -> list[dict]:
 def _stored(row) -> StoredRun:
     return StoredRun(
         row.id, row.source, row.name, _state(row.state), row.last_step, row.points, row.updated_at,
-        row.analyzed_at, row.analyzed_points, row.health,
+        row.analyzed_at, row.analyzed_points, row.analysis_error, row.health,
     )
 
 

@@ -127,5 +127,11 @@
     root.dataset.ready = "true";  // for tests and screenshots: every chart is drawn
   }
 
-  main().catch((e) => { root.insertAdjacentHTML("afterbegin", `<p class="error">${e.message}</p>`); });
+  main().catch((e) => {
+    // The message names a tag: text, never HTML.
+    const error = document.createElement("p");
+    error.className = "error";
+    error.textContent = e.message;
+    root.prepend(error);
+  });
 })();
