@@ -32,8 +32,10 @@ _RULES: list[tuple[Role, re.Pattern[str]]] = [
 # Not losses, though the word is in them: counters and timings about the loss.
 _NOT_LOSS = re.compile(r"(loss_?count|num_?loss|loss.*(time|seconds|ms)$|lossy)")
 # A run that is an eval split logged apart (Keras' TensorBoard callback writes `.../train`
-# and `.../validation`, both with `epoch_loss`): its losses are eval losses.
-_EVAL_RUN = re.compile(rf"(^|/){_EVAL}$")
+# and `.../validation`, TF estimators `.../eval`, each with `epoch_loss` or `loss`): its
+# losses are eval losses.  Only these two words, alone or before a suffix (`validation#2`):
+# runs called `test-lr3e-4` or `dev` are usually experiments with a train loss.
+_EVAL_RUN = re.compile(r"(^|/)(validation|eval)($|[^a-z0-9])")
 
 
 def infer_role(tag: str, run: str = "") -> Role:

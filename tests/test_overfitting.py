@@ -61,6 +61,8 @@ def test_a_keras_validation_run_is_an_eval_run_even_without_a_train_loss():
     assert infer_role("epoch_loss") is Role.LOSS
     assert infer_role("epoch_loss", "logs/imdb-1690485351/validation") is Role.EVAL_LOSS
     assert infer_role("epoch_loss", "logs/imdb-1690485351/train") is Role.LOSS
+    assert infer_role("loss", "estimator/eval") is Role.EVAL_LOSS and infer_role("loss", "validation#2") is Role.EVAL_LOSS
+    assert infer_role("loss", "runs/test-lr3e-4") is Role.LOSS and infer_role("loss", "evaluator") is Role.LOSS
     [f] = found(analyze_run(run({"epoch_loss": (EPOCHS, VAL)}, name="logs/imdb/validation")), Kind.OVERFITTING)
     assert f.start_step == 4
     assert f.message == (
