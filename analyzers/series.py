@@ -128,9 +128,11 @@ def prepare_run(
     writes: Mapping[str, TagWrites],
     resumes: tuple[Resume, ...] = (),
     roles: Mapping[str, str | Role] | None = None,
+    run: str = "",
 ) -> RunSeries:
-    """Every tag's current view with its role (`roles` overrides what names suggest)."""
-    assigned = assign_roles(writes, roles)
+    """Every tag's current view with its role (`roles` overrides what names suggest; the
+    run's name says when it is an eval split logged apart)."""
+    assigned = assign_roles(writes, roles, run)
     series = {tag: prepare_series(tag, assigned[tag], w, resume_steps(resumes, tag)) for tag, w in writes.items()}
     return RunSeries(series=series, writes=dict(writes), resumes=tuple(resumes))
 

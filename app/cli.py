@@ -25,7 +25,14 @@ from app.alerts.webhooks import longest_send
 from app.export import FORMATS, runs_frame, write_frame
 from app.ingest.problems import IngestError, Problem
 from app.ingest.sources import PathRead, read_path
-from app.report import merged_changes, open_alerts_table, render_changes_markdown, render_changes_table, render_table
+from app.report import (
+    merged_changes,
+    open_alerts_table,
+    render_changes_markdown,
+    render_changes_table,
+    render_health,
+    render_table,
+)
 from app.store import tokens
 from app.store.db import Store, StoreError, open_store
 
@@ -110,19 +117,25 @@ def analyze(paths: tuple[str, ...], fmt: str, config_file: str | None, fail_on: 
     or trainer_state log).  Stateless: each call reads and analyses everything."""
     config = _load_config(config_file)
     reads = [(path, _read(path, strict)) for path in paths]
-    alerts, failed = [], 0
+    assessed, failed = [], 0
     for path, read in reads:
         for run in read.runs.values():
             try:
-                alerts += analysis.analyze(path, run, config)
+                run_alerts, health = analysis.assess_run(path, run, config)
             except analysis.AnalysisFailed as e:  # reported; every other run is still analysed
                 click.echo(f"losswatch: {e}", err=True)
                 failed += 1
+                run_alerts, health = [], None
+            assessed.append((path, run, run_alerts, health))
+    alerts = [alert for *_, run_alerts, _ in assessed for alert in run_alerts]
     if fmt == "json":
-        click.echo(json.dumps({"runs": [_run_summary(p, r) for p, read in reads for r in read.runs.values()],
+        click.echo(json.dumps({"runs": [{**_run_summary(p, r), "health": h.to_dict() if h else None} for p, r, _, h in assessed],
                                "alerts": [a.to_dict() for a in alerts]}, indent=2))
     else:
-        click.echo(render_table(alerts, sum(len(read.runs) for _, read in reads)))
+        click.echo(render_table(alerts, len(assessed)))
+        told = [(r.name, h) for _, r, _, h in assessed if h is not None]
+        if told:
+            click.echo(render_health(told))
     if failed:
         sys.exit(EXIT_INPUT_ERROR)
     if fail_on != "never" and any(a.finding.severity >= Severity[fail_on.upper()] for a in alerts):

@@ -32,7 +32,8 @@ log = logging.getLogger("losswatch.http")
 DESCRIPTION = """\
 losswatch watches training runs' loss curves and raises alerts: loss spikes classified by
 how they end (fast-recovering, slow-recovering, divergent), grad-norm explosions, NaN/Inf,
-fp16 loss-scale collapse, divergence, plateaus, restarts.
+fp16 loss-scale collapse, divergence, plateaus, overfitting of eval losses, restarts; and
+each run's health (healthy, unstable, diverged, stalled, overfitting, converged).
 
 Post points from a training loop (`POST /v1/runs/{run}/points`), or register a TensorBoard
 logdir (`POST /v1/logdirs`), then read runs, series and alerts. Authenticate with

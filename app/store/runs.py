@@ -32,6 +32,7 @@ class StoredRun:
     analyzed_at: float | None = None
     analyzed_points: int | None = None
     analysis_error: str | None = None  # why the last analysis failed, if it did
+    health: dict | None = None  # as of the last applied analysis
 
 
 @dataclass(frozen=True)
@@ -366,7 +367,7 @@ def rollback_rows(conn: Connection, run_id: int) -> list[dict]:
 def _stored(row) -> StoredRun:
     return StoredRun(
         row.id, row.source, row.name, _state(row.state), row.last_step, row.points, row.updated_at,
-        row.analyzed_at, row.analyzed_points, row.analysis_error,
+        row.analyzed_at, row.analyzed_points, row.analysis_error, row.health,
     )
 
 

@@ -35,6 +35,7 @@ runs = Table(
     Column("analyzed_at", Double),
     Column("analyzed_points", BigInteger),  # how many points the last applied analysis saw
     Column("analysis_error", Text),  # why the last analysis failed; null once one succeeds
+    Column("health", JSON),  # the run's health summary as of that analysis
     UniqueConstraint("source", "name", name="uq_runs_source_name"),
 )
 

@@ -92,7 +92,7 @@ def get_run(request: Request, run: str = RunName, source: str | None = Source) -
     summary = _summary(found, counts)
     return RunDetail(
         **summary.model_dump(),
-        tags=[{"tag": t, "role": infer_role(t).value, "points": n, "first_step": a, "last_step": b} for t, n, a, b in tags],
+        tags=[{"tag": t, "role": infer_role(t, found.name).value, "points": n, "first_step": a, "last_step": b} for t, n, a, b in tags],
         rollbacks=rollbacks,
     )
 
@@ -102,4 +102,5 @@ def _summary(run, counts: dict[str, int]) -> RunSummary:
     return RunSummary(
         source=run.source, name=run.name, points=run.points, last_step=run.last_step, updated_at=run.updated_at,
         open_alerts={s: counts.get(s, 0) for s in ("critical", "warning", "info")}, analysis_error=run.analysis_error,
+        health=run.health,
     )
