@@ -28,6 +28,8 @@ bench: install-test
 	$(BIN)/python bench/accuracy.py
 	$(BIN)/python bench/scan.py
 	$(BIN)/python bench/api.py
+	$(BIN)/python bench/memory.py
+	$(BIN)/python bench/chaos.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info app/ingest/_tfrecord.c app/ingest/*.so

@@ -13,11 +13,13 @@ from analyzers.findings import Finding, Kind, SpikeClass
 from analyzers.gradnorm import GradNormDetector
 from analyzers.lossscale import LossScaleDetector
 from analyzers.nonfinite import NonFiniteDetector
+from analyzers.overfitting import EvalRiseDetector, judge, train_counterpart
+from analyzers.plateau import InitialLevelDetector, ZeroLRDetector, merge_plateaus, stalled_plateaus, warming_up
 from analyzers.restarts import RestartDetector
 from analyzers.roles import Role
 from analyzers.series import RunSeries
 from analyzers.spikes import LossSpikeDetector
-from analyzers.trend import DivergenceDetector, PlateauDetector
+from analyzers.trend import DivergenceDetector
 
 
 def analyze_run(run: RunSeries, config: AnalysisConfig = AnalysisConfig()) -> list[Finding]:
@@ -34,12 +36,7 @@ def _analyze(run: RunSeries, config: AnalysisConfig) -> list[Finding]:
     spikes = [f for s in losses for f in spike_detector.detect(s)]
     explosions = [f for s in run.with_role(Role.GRAD_NORM) for f in GradNormDetector(config.grad_norm).detect(s)]
     explosions, spikes = _join(explosions, spikes, config.incident_steps)
-    lr = next(iter(run.with_role(Role.LEARNING_RATE)), None)
-    trends = []
-    for series in run.with_role(Role.LOSS):
-        diverged = [f for f in DivergenceDetector(config.trend).detect(series) if not _explained(f, spikes)]
-        # a loss that diverged and stayed up is not also a plateau
-        trends += diverged or PlateauDetector(config.trend).detect(series, lr)
+    trends = _trends(run, config, spikes, explosions)
     findings = (
         spikes
         + explosions
@@ -49,6 +46,27 @@ def _analyze(run: RunSeries, config: AnalysisConfig) -> list[Finding]:
         + RestartDetector(config.restarts).detect(run, spikes)
     )
     return sorted(findings, key=lambda f: (f.start_step, f.kind.value, f.tag))
+
+
+def _trends(run: RunSeries, config: AnalysisConfig, spikes: list[Finding], grad: list[Finding]) -> list[Finding]:
+    """Divergence and plateaus on each train loss; overfitting (or divergence) and plateaus
+    on each eval loss, judged against the train loss of the same run."""
+    p = config.plateau
+    train = run.with_role(Role.LOSS)
+    # what stops a loss from learning, found on the LR and grad-norm tags
+    causes = [f for s in run.with_role(Role.LEARNING_RATE) for f in ZeroLRDetector(p).detect(s)]
+    causes += [f for f in grad if f.kind is Kind.GRAD_NORM_STUCK and f.peak_value == 0]
+    lr = next(iter(run.with_role(Role.LEARNING_RATE)), None)
+    found = []
+    for series in train:
+        found += [f for f in DivergenceDetector(config.trend).detect(series) if not _explained(f, spikes)]
+        unmoved = [f for f in InitialLevelDetector(p).detect(series) if not warming_up(lr, f)]
+        found += merge_plateaus(unmoved + stalled_plateaus(series, causes, p))
+    for series in run.with_role(Role.EVAL_LOSS):
+        counterpart = train_counterpart(series.tag, train)
+        found += [judge(r, series, counterpart, config.overfitting) for r in EvalRiseDetector(config.overfitting).detect(series)]
+        found += [f for f in InitialLevelDetector(p, evaluations=True).detect(series) if not warming_up(lr, f)]
+    return found
 
 
 def _join(explosions: list[Finding], spikes: list[Finding], lead: int) -> tuple[list[Finding], list[Finding]]:
@@ -83,11 +101,13 @@ def _join(explosions: list[Finding], spikes: list[Finding], lead: int) -> tuple[
 
 
 def _explained(divergence: Finding, spikes: list[Finding]) -> bool:
-    """A rise that a spike on the same tag, still up or gone divergent, already accounts for
-    is not news."""
+    """A rise that a spike on the same tag already accounts for is not news: one still up
+    or gone divergent after the rise began, or, for a rise that came back, any spike
+    within it."""
+    end = divergence.end_step
     return any(
         s.tag == divergence.tag
-        and s.classification is not SpikeClass.FAST_RECOVERING
         and s.start_step >= divergence.start_step
+        and (s.classification is not SpikeClass.FAST_RECOVERING if end is None else s.start_step <= end)
         for s in spikes
     )

@@ -11,7 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from analyzers.gradnorm import GradNormConfig
+from analyzers.health import HealthConfig
 from analyzers.lossscale import LossScaleConfig
+from analyzers.overfitting import OverfittingConfig
+from analyzers.plateau import PlateauConfig
 from analyzers.restarts import RestartConfig
 from analyzers.roles import Role
 from analyzers.spikes import SpikeConfig
@@ -28,6 +31,9 @@ class AnalysisConfig:
     grad_norm: GradNormConfig = GradNormConfig()
     loss_scale: LossScaleConfig = LossScaleConfig()
     trend: TrendConfig = TrendConfig()
+    plateau: PlateauConfig = PlateauConfig()
+    overfitting: OverfittingConfig = OverfittingConfig()
+    health: HealthConfig = HealthConfig()
     restarts: RestartConfig = RestartConfig()
     incident_steps: int = 20  # a grad-norm explosion leads the loss spike it causes by at most this
     roles: dict[str, str] = field(default_factory=dict)  # tag -> role, over what the name says

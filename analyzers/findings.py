@@ -26,6 +26,7 @@ class Kind(str, enum.Enum):
     LOSS_SCALE_COLLAPSE = "loss_scale_collapse"
     DIVERGENCE = "divergence"
     PLATEAU = "plateau"
+    OVERFITTING = "overfitting"
     RESTART = "restart"
 
     def __str__(self) -> str:

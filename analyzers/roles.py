@@ -31,20 +31,25 @@ _RULES: list[tuple[Role, re.Pattern[str]]] = [
 ]
 # Not losses, though the word is in them: counters and timings about the loss.
 _NOT_LOSS = re.compile(r"(loss_?count|num_?loss|loss.*(time|seconds|ms)$|lossy)")
+# A run that is an eval split logged apart (Keras' TensorBoard callback writes `.../train`
+# and `.../validation`, TF estimators `.../eval`, each with `epoch_loss` or `loss`): its
+# losses are eval losses.  Only these two words, alone or before a suffix (`validation#2`):
+# runs called `test-lr3e-4` or `dev` are usually experiments with a train loss.
+_EVAL_RUN = re.compile(r"(^|/)(validation|eval)($|[^a-z0-9])")
 
 
-def infer_role(tag: str) -> Role:
-    """The role a tag most likely plays; OTHER when its name says nothing."""
+def infer_role(tag: str, run: str = "") -> Role:
+    """The role a tag of `run` most likely plays; OTHER when its name says nothing."""
     name = tag.lower()
     for role, pattern in _RULES:
         if pattern.search(name):
             if role in (Role.LOSS, Role.EVAL_LOSS) and _NOT_LOSS.search(name):
                 continue
-            return role
+            return Role.EVAL_LOSS if role is Role.LOSS and _EVAL_RUN.search(run.lower()) else role
     return Role.OTHER
 
 
-def assign_roles(tags: Iterable[str], overrides: Mapping[str, str | Role] | None = None) -> dict[str, Role]:
-    """Roles for every tag; `overrides` (tag -> role) win over the names."""
+def assign_roles(tags: Iterable[str], overrides: Mapping[str, str | Role] | None = None, run: str = "") -> dict[str, Role]:
+    """Roles for every tag of `run`; `overrides` (tag -> role) win over the names."""
     overrides = overrides or {}
-    return {tag: Role(overrides[tag]) if tag in overrides else infer_role(tag) for tag in tags}
+    return {tag: Role(overrides[tag]) if tag in overrides else infer_role(tag, run) for tag in tags}

@@ -62,6 +62,22 @@ class RunSeries:
         return [s for s in self.series.values() if s.role is role]
 
 
+def hidden_by_resumes(step: np.ndarray, segment: np.ndarray, resume_to: Mapping[int, int]) -> np.ndarray:
+    """Mask of the writes a later resume hides: a resume to step s that opens segment k hides
+    every write of a segment below k at step >= s.  Each write is judged alone, against
+    every later resume of the run (not only those of segments this tag wrote in), so a
+    read of part of a tag's writes judges them as a read of all of them would."""
+    if not resume_to or not len(step):
+        return np.zeros(len(step), bool)
+    segments = np.array(sorted(resume_to), np.int64)
+    to_step = np.array([resume_to[k] for k in sorted(resume_to)], np.int64)
+    lowest_after = np.minimum.accumulate(to_step[::-1])[::-1]  # lowest to_step of resumes k..
+    later = np.searchsorted(segments, segment, side="right")  # first resume opening a later segment
+    has_later = later < len(segments)
+    threshold = lowest_after[np.minimum(later, len(segments) - 1)]
+    return has_later & (step >= threshold)
+
+
 def current_view(tag: np.ndarray, step: np.ndarray, segment: np.ndarray, resume_to: Mapping[int, int]) -> np.ndarray:
     """Mask of the writes a resumed run stands on (writes given in write order).
 
@@ -72,12 +88,7 @@ def current_view(tag: np.ndarray, step: np.ndarray, segment: np.ndarray, resume_
     n = len(step)
     if n == 0:
         return np.zeros(0, bool)
-    first, last = int(segment.min()), int(segment.max())
-    threshold = np.full(last + 2, np.iinfo(np.int64).max, np.int64)
-    for j in range(last, first - 1, -1):
-        later = resume_to.get(j + 1)
-        threshold[j] = threshold[j + 1] if later is None else min(threshold[j + 1], later)
-    keep = step < threshold[segment]
+    keep = ~hidden_by_resumes(step, segment, resume_to)
     order = np.lexsort((np.arange(n), step, tag))
     survivors = order[keep[order]]
     if not len(survivors):
@@ -117,8 +128,11 @@ def prepare_run(
     writes: Mapping[str, TagWrites],
     resumes: tuple[Resume, ...] = (),
     roles: Mapping[str, str | Role] | None = None,
+    run: str = "",
 ) -> RunSeries:
-    """Every tag's current view with its role (`roles` overrides what names suggest)."""
-    assigned = assign_roles(writes, roles)
+    """Every tag's current view with its role (`roles` overrides what names suggest; the
+    run's name says when it is an eval split logged apart)."""
+    assigned = assign_roles(writes, roles, run)
     series = {tag: prepare_series(tag, assigned[tag], w, resume_steps(resumes, tag)) for tag, w in writes.items()}
     return RunSeries(series=series, writes=dict(writes), resumes=tuple(resumes))
+

@@ -28,6 +28,8 @@ S = TypeVar("S", bound="StreamState")
 
 
 def _plain(x: Any) -> Any:
+    if isinstance(x, np.generic):
+        x = x.item()
     if isinstance(x, StreamState):
         return x.to_dict()
     if isinstance(x, np.ndarray):

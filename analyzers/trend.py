@@ -1,10 +1,29 @@
-"""Slow patterns, seen on the smoothed trend rather than point by point: divergence
-without a spike (the loss turns upward and keeps rising) and plateaus (no progress over a
-window long relative to the run)."""
+"""Slow patterns, judged on a trend rather than point by point: divergence without a spike
+(the loss turns upward and keeps rising, or settles higher) on a training loss.
+
+The trend is the median of each block of `block_points` logged points (16: the median of 16
+minibatch losses of 2-5% noise moves by under 1.5%, a hundredth of a 20% rise), cut from
+the first finite point on, so a series fed in pieces is cut where it is cut whole.  The
+noise of one block level is taken from second differences of block levels (they cancel a
+straight trend: a steep warm-up is not noise), as the median over the `noise_blocks`
+blocks before it.  The state a detector keeps is the partial block, the last two levels,
+those `noise_blocks` differences and a few numbers: bounded whatever the run's length.
+
+A divergence opens when the trend stands, `confirm_blocks` blocks in a row, at least
+`divergence_rise` (20%) above its lowest level so far and `divergence_z` (6) noise sigmas
+above it; its onset is the last block that was still within `onset_z` (3) sigmas or
+`onset_share` (2%) of that lowest level (where the curve left its floor: roll back to before
+it).  It closes, once and for good, when the trend is back within half that margin
+for `confirm_blocks` blocks in a row (a loss that came back after a rise).  The curves:
+tests/test_trend.py's cosine runs (2-5% noise, bf16, heavy tails) never reach 20% above
+their running minimum; `sample_runs/lr_too_high` (best 1.23 at step 38, then above 2.0
+from step 88) and the generated divergences of tests/curves.py (+60% over 40% of the run)
+do, within a few blocks of crossing it.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import bottleneck as bn
 import numpy as np
@@ -12,37 +31,193 @@ import numpy as np
 from analyzers.baseline import DIFF_MAD_TO_SIGMA
 from analyzers.findings import Finding, Kind, Severity
 from analyzers.series import Series
+from analyzers.stream import StreamState, finite_points
+
+# median(|d2|) of white noise of sd s: d2 = x[i] - 2x[i-1] + x[i-2] has sd sqrt(6) s
+D2_MAD_TO_SIGMA = 1.0 / (0.6744897501960817 * np.sqrt(6.0))
 
 
 @dataclass(frozen=True)
 class TrendConfig:
-    blocks: int = 100  # the trend is the median of each of this many blocks of points
-    min_points: int = 50
-    divergence_rise: float = 0.2  # risen 20% above the trend's minimum ...
-    divergence_z: float = 6.0  # ... and far beyond noise ...
-    rising_share: float = 0.6  # ... with most block-to-block moves since the minimum upward
-    plateau_share: float = 0.3  # the last 30% of the run ...
-    plateau_min_points: int = 500  # a plateau is long: IDEFICS waited ~10k steps
-    plateau_tolerance: float = 0.01  # ... improved by less than 1%
-    stalled_lr: float = 0.01  # LR below 1% of its peak through a plateau: a stalled schedule
+    block_points: int = 16  # the trend is the median of each 16 logged points
+    noise_blocks: int = 32  # a level's noise: the median over the 32 blocks before it
+    confirm_blocks: int = 3  # a rise (or a return) holds this many blocks in a row
+    divergence_rise: float = 0.2  # 20% above the trend's lowest level ...
+    divergence_z: float = 6.0  # ... and 6 noise sigmas above it
+    rising_share: float = 0.6  # of the last 8 block moves, this share upward: "keeps climbing"
+    onset_z: float = 3.0  # the onset is the last block within 3 noise sigmas ...
+    onset_share: float = 0.02  # ... or 2% of the low: where the rise left the floor
+
+
+# -- the block trend, shared by the trend detectors -----------------------------------------
+
+
+@dataclass(frozen=True)
+class BlockState(StreamState):
+    """What cutting a series into blocks carries from one feed to the next."""
+
+    pending_step: np.ndarray  # finite points not yet in a full block
+    pending_value: np.ndarray
+    last: np.ndarray  # the last two block levels, oldest first
+    d2: np.ndarray  # |second differences| of the last `noise_blocks` levels
+    spread: np.ndarray  # point noise sigma of each of the last `noise_blocks` blocks
+    tail: float  # the last point of the last full block
+    blocks: int  # full blocks so far
+    points: int  # finite points so far
+    first_step: int  # of the first finite point (-1 before any)
+    last_step: int  # of the latest finite point
+
+
+def empty_blocks() -> BlockState:
+    return BlockState(np.zeros(0, np.int64), np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0), np.nan, 0, 0, -1, -1)
 
 
 @dataclass(frozen=True, eq=False)
-class Trend:
-    step: np.ndarray  # the middle step of each block
-    level: np.ndarray  # each block's median
-    noise: float  # the noise of one block median
+class Blocks:
+    """The blocks a feed completed: level, middle step, last step, and as known before each
+    block the noise sigma of a level (from second differences of levels; 0 until 3 of them,
+    and 8 for single-point blocks, are known) and of one point (from first differences of
+    points; 0 until 8 are known)."""
+
+    level: np.ndarray
+    step: np.ndarray
+    last_step: np.ndarray
+    sigma: np.ndarray
+    point_sigma: np.ndarray
+    first: int  # index of the first of them in the whole series' blocks
 
 
-def smoothed(series: Series, blocks: int) -> Trend:
-    v, s = series.fvalue, series.fstep
-    size = max(1, len(v) // blocks)
+def cut_blocks(
+    state: BlockState, step: np.ndarray, value: np.ndarray, size: int, history: int, levels: bool = True, points: bool = True
+) -> tuple[BlockState, Blocks]:
+    """Add a piece of a series (sorted, after what was fed) and return the blocks it
+    completes, with the noise of levels and of points (each only when asked for: a detector
+    always asks for the same)."""
+    step, value = finite_points(step, value)
+    first_step = state.first_step if state.first_step >= 0 or not len(step) else int(step[0])
+    s = np.concatenate([state.pending_step, step])
+    v = np.concatenate([state.pending_value, value])
     count = len(v) // size
-    start = len(v) - count * size  # the newest points always count; drop the oldest remainder
-    level = np.median(v[start:].reshape(count, size), axis=1)
-    step = s[start + size // 2 :: size][:count]
-    point_noise = np.median(np.abs(np.diff(v))) * DIFF_MAD_TO_SIGMA if len(v) > 1 else 0.0
-    return Trend(step, level, float(point_noise) / np.sqrt(size))
+    full = count * size
+    if count:
+        level = bn.median(v[:full].reshape(count, size), axis=1) if size > 1 else v[:full].copy()
+        mid = s[size // 2 : full : size]
+        end = s[size - 1 : full : size]
+    else:
+        level, mid, end = np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    chain = np.concatenate([state.last, level])
+    sigma, d2 = np.zeros(count), state.d2
+    if levels:
+        new_d2 = np.abs(chain[2:] - 2 * chain[1:-1] + chain[:-2])  # the run's first two blocks have none
+        # a few second differences of a curved start say more about the curve than the
+        # noise: none is used before there are 3, and 8 evaluations' worth for small blocks
+        sigma, d2 = _before_each(state.d2, new_d2, count, history, max(3, -(-8 // size)))
+        sigma *= D2_MAD_TO_SIGMA
+    kept = v[:full]
+    point_sigma, spread = np.zeros(count), state.spread
+    if points:
+        # each block's median |difference| of its points with the point before
+        gaps = np.abs(kept - np.concatenate([[state.tail], kept[:-1]])).reshape(count, size)
+        point_sigma, spread = _before_each(state.spread, bn.nanmedian(gaps, axis=1) * DIFF_MAD_TO_SIGMA, count, history,
+                                           max(1, -(-8 // size)))
+    new_state = BlockState(
+        pending_step=s[full:].copy(),
+        pending_value=v[full:].copy(),
+        last=chain[-2:].copy(),
+        d2=d2,
+        spread=spread,
+        tail=float(kept[-1]) if full else state.tail,
+        blocks=state.blocks + count,
+        points=state.points + len(value),
+        first_step=first_step,
+        last_step=int(step[-1]) if len(step) else state.last_step,
+    )
+    return new_state, Blocks(level, mid, end, sigma, point_sigma, state.blocks)
+
+
+def _before_each(ring: np.ndarray, new: np.ndarray, count: int, history: int, need: int) -> tuple[np.ndarray, np.ndarray]:
+    """For each of `count` new blocks, the median of the last `history` values known before
+    it (0 until `need` are known); the new values belong to the last len(new) blocks, one
+    each.  Also the ring of the last `history` values to keep."""
+    hist = np.concatenate([ring, new])
+    keep = hist[-history:].copy()
+    if len(hist) < need or not count:
+        return np.zeros(count), keep
+    at = len(ring) + np.maximum(np.arange(count) - (count - len(new)), 0) - 1
+    med = bn.move_median(hist, min(history, len(hist)), min_count=need)
+    out = np.where(at >= 0, med[np.maximum(at, 0)], 0.0)
+    out[np.isnan(out)] = 0.0
+    return out, keep
+
+
+# -- divergence ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DivergenceState(StreamState):
+    blocks: BlockState
+    low: float  # the trend's lowest level so far (inf before any block)
+    near_step: int  # the last block within noise of the low: where a rise starts
+    recent: np.ndarray  # the last 9 levels (for "keeps climbing")
+    streak: int  # blocks in a row above the margin (closed) or back within half of it (open)
+    streak_step: int  # where that streak began
+    open: bool
+    onset: int  # the open incident's onset step (where it left its floor)
+    base: float  # the open incident's low
+    top: float  # highest level since onset, and where
+    top_step: int
+    level: float  # the latest level, and where
+    level_step: int
+    noise: float  # the latest level's noise sigma
+    above: int  # blocks above the margin in the open incident
+
+
+class _Incident:
+    """The incident part of a divergence state, changed in place while a feed walks its
+    blocks (one state is built at the end, not one per block)."""
+
+    NAMES = ("streak", "streak_step", "open", "onset", "base", "top", "top_step", "above")
+
+    def __init__(self, **values) -> None:
+        self.__dict__.update(values)
+
+    @classmethod
+    def of(cls, s: DivergenceState) -> _Incident:
+        return cls(**{k: getattr(s, k) for k in cls.NAMES})
+
+    def fields(self) -> dict:
+        return {k: getattr(self, k) for k in self.NAMES}
+
+    def hold(self, new: Blocks, above: np.ndarray, a: int, b: int) -> None:
+        top = a + int(np.argmax(new.level[a:b]))
+        self.above += int(above[a:b].sum())
+        if new.level[top] > self.top:
+            self.top, self.top_step = float(new.level[top]), int(new.step[top])
+
+    def step(self, j: int, new: Blocks, low: float, onset: int, above: bool, back: bool, confirm: int) -> dict | None:
+        """One block through the state machine; the incident's fields when it closes here."""
+        level, at = float(new.level[j]), int(new.step[j])
+        if not self.open:
+            if not above:
+                self.streak, self.top, self.top_step = 0, np.nan, -1
+                return None
+            if self.streak == 0 or level > self.top:  # the streak's highest level, and where
+                self.top, self.top_step = level, at
+            self.streak += 1
+            if self.streak >= confirm:
+                self.open, self.onset, self.base, self.above, self.streak = True, onset, low, self.streak, 0
+            return None
+        self.above += above
+        if level > self.top:
+            self.top, self.top_step = level, at
+        if back and self.streak == 0:
+            self.streak_step = at
+        self.streak = self.streak + 1 if back else 0
+        if self.streak < confirm:
+            return None
+        done = {**self.fields(), "end": self.streak_step}
+        self.streak, self.open, self.onset, self.base, self.top, self.top_step, self.above = 0, False, -1, np.nan, np.nan, -1, 0
+        return done
 
 
 class DivergenceDetector:
@@ -52,114 +227,93 @@ class DivergenceDetector:
     def __init__(self, config: TrendConfig = TrendConfig()) -> None:
         self.config = config
 
+    def start(self) -> DivergenceState:
+        return DivergenceState(empty_blocks(), np.inf, -1, np.zeros(0), 0, -1, False, -1, np.nan, np.nan, -1, np.nan, -1, 0.0, 0)
+
     def detect(self, series: Series) -> list[Finding]:
+        _, closed, still_open = self.feed(self.start(), series.step, series.value, series.tag)
+        return closed + still_open
+
+    def feed(
+        self, state: DivergenceState, step: np.ndarray, value: np.ndarray, tag: str = ""
+    ) -> tuple[DivergenceState, list[Finding], list[Finding]]:
         c = self.config
-        if len(series.fvalue) < c.min_points:
-            return []
-        t = smoothed(series, c.blocks)
-        low = int(np.argmin(t.level))
-        since = t.level[low:]
-        if len(since) < 4:
-            return []
-        base, now, top = float(t.level[low]), float(t.level[-1]), float(since.max())
-        rise = now - base
-        if not (
-            rise > 0
-            and rise >= c.divergence_rise * abs(base)
-            and rise >= c.divergence_z * t.noise
-            and rise >= 0.5 * (top - base)  # not on its way back down
-        ):
-            return []
-        start = int(t.step[low])
-        rising = float(np.mean(np.diff(since) > 0)) >= c.rising_share and now >= top - 0.1 * rise
-        how = "keeps climbing" if rising else "has stayed up"
-        return [
-            Finding(
-                kind=Kind.DIVERGENCE,
-                tag=series.tag,
-                severity=Severity.CRITICAL,
-                start_step=start,
-                peak_step=int(t.step[-1]),
-                peak_value=now,
-                baseline=base,
-                ratio=now / base if base > 0 else None,
-                ongoing=True,
-                message=(
-                    f"{series.tag} has been rising since step {start}: its trend went "
-                    f"{base:.4g} -> {now:.4g} and {how} (divergence)"
-                ),
-                remediation=(
-                    f"Roll back to a checkpoint from before step {start} and change the recipe, not just the "
-                    "seed: lower the learning rate, check the init std, use bf16 rather than fp16, Adam "
-                    "beta2 = 0.95, and the data mixture at that point. Restarts alone only delay it."
-                ),
-                evidence={"still_rising": rising, "noise": t.noise},
-            )
-        ]
+        blocks, new = cut_blocks(state.blocks, step, value, c.block_points, c.noise_blocks, points=False)
+        state = replace(state, blocks=blocks)
+        n = len(new.level)
+        if not n:
+            return state, [], self._open(state, tag)
+        low = np.minimum.accumulate(np.concatenate([[state.low], new.level]))[1:]
+        margin = np.maximum(c.divergence_rise * np.abs(low), c.divergence_z * new.sigma)
+        rise = new.level - low
+        above, back = (rise > 0) & (rise >= margin), rise <= margin / 2
+        near = rise <= np.maximum(c.onset_z * new.sigma, c.onset_share * np.abs(low))
+        near_step = np.maximum.accumulate(np.where(near, new.step, state.near_step))
+        closed: list[Finding] = []
+        inc = _Incident.of(state)
+        ups, backs = np.flatnonzero(above), np.flatnonzero(back)
+        j = 0
+        # Only blocks where the incident can change are visited one by one: the loop is
+        # over events, not points.
+        while j < n:
+            if not inc.open and inc.streak == 0:
+                k = int(np.searchsorted(ups, j))
+                if k == len(ups):
+                    break
+                j = int(ups[k])
+            elif inc.open and inc.streak == 0:
+                k = int(np.searchsorted(backs, j))
+                stop = int(backs[k]) if k < len(backs) else n
+                if stop > j:  # blocks still up: only the top and the count move
+                    inc.hold(new, above, j, stop)
+                    j = stop
+                    continue
+            done = inc.step(j, new, float(low[j]), int(near_step[j]), bool(above[j]), bool(back[j]), c.confirm_blocks)
+            if done is not None:
+                end = done.pop("end")
+                # judged by this block's noise: the state's latest values depend on how the
+                # series was cut into feeds
+                at_close = replace(state, **done, noise=float(new.sigma[j]))
+                closed.append(self._finding(at_close, tag, end=end, now=float(new.level[j])))
+            j += 1
+        s = replace(
+            state, **inc.fields(), low=float(low[-1]), near_step=int(near_step[-1]),
+            recent=np.concatenate([state.recent, new.level])[-9:], level=float(new.level[-1]),
+            level_step=int(new.step[-1]), noise=float(new.sigma[-1]),
+        )
+        return s, closed, self._open(s, tag)
 
+    def _open(self, s: DivergenceState, tag: str) -> list[Finding]:
+        return [self._finding(s, tag, end=None, now=s.level)] if s.open else []
 
-class PlateauDetector:
-    def __init__(self, config: TrendConfig = TrendConfig()) -> None:
-        self.config = config
-
-    def detect(self, series: Series, lr: Series | None = None) -> list[Finding]:
+    def _finding(self, s: DivergenceState, tag: str, end: int | None, now: float) -> Finding:
         c = self.config
-        n = len(series.fvalue)
-        window = max(int(c.plateau_share * n), c.plateau_min_points)
-        if n < 2 * window:
-            return []
-        t = smoothed(series, c.blocks)
-        first = int(np.searchsorted(t.step, series.fstep[n - window]))
-        if len(t.level) - first < 6:
-            return []
-        edge = max(1, (len(t.level) - first) // 10)
-        before, after = float(np.median(t.level[first : first + edge])), float(np.median(t.level[-edge:]))
-        progress = before - after
-        # no progress: less than the tolerance, or than what noise alone moves two such medians
-        tolerance = max(c.plateau_tolerance * abs(before), 3 * t.noise * np.sqrt(2 / edge))
-        if abs(progress) >= tolerance:
-            return []  # still improving, or rising (the divergence detector's business)
-        window_start = int(series.fstep[n - window])
-        start = min(window_start, int(t.step[_flat_since(t.level, after, tolerance, edge)]))
-        stalled = _lr_share(lr, window_start)
-        severity = Severity.WARNING if stalled is not None and stalled <= c.stalled_lr else Severity.INFO
-        message = f"{series.tag} has not improved since step {start}: {float(t.level[first]):.4g} -> {after:.4g} over {int(series.fstep[-1]) - start} steps"
-        if stalled is not None:
-            message += f"; the learning rate there is {stalled:.2%} of its peak"
-        return [
-            Finding(
-                kind=Kind.PLATEAU,
-                tag=series.tag,
-                severity=severity,
-                start_step=start,
-                end_step=int(series.fstep[-1]),
-                peak_value=after,
-                baseline=before,
-                ongoing=True,
-                message=message,
-                remediation=(
-                    "The learning rate has all but stopped: check the scheduler (a decay that ended early, "
-                    "a resume that lost its state)."
-                    if severity is Severity.WARNING
-                    else "If the run is meant to keep improving, stop it early or change the schedule; "
-                    "IDEFICS stopped a run after about 10k steps of no progress."
-                ),
-                evidence={"progress": progress, **({"lr_share": stalled} if stalled is not None else {})},
-            )
-        ]
-
-
-def _flat_since(level: np.ndarray, end: float, tolerance: float, edge: int) -> int:
-    """The earliest block from which the trend (its rolling median over `edge` blocks)
-    never left the band around where it ends."""
-    smooth = bn.move_median(level, edge, min_count=1)
-    outside = np.flatnonzero(np.abs(smooth - end) >= tolerance)
-    return int(outside[-1]) + 1 if len(outside) else 0
-
-
-def _lr_share(lr: Series | None, step: int) -> float | None:
-    """The learning rate from `step` on, as a share of its peak (the highest it gets there)."""
-    if lr is None or not len(lr.fvalue) or lr.fvalue.max() <= 0:
-        return None
-    later = lr.fvalue[lr.fstep >= step]
-    return float(later.max() / lr.fvalue.max()) if len(later) else None
+        base, top = s.base, s.top
+        moves = np.diff(s.recent)
+        rising = bool(
+            end is None and len(moves) and float(np.mean(moves > 0)) >= c.rising_share and now >= top - 0.1 * (top - base)
+        )
+        if end is None:
+            how = "keeps climbing" if rising else "has stayed up"
+            message = f"{tag} has been rising since step {s.onset}: its trend went {base:.4g} -> {now:.4g} and {how} (divergence)"
+        else:
+            message = f"{tag} rose from step {s.onset}: its trend went {base:.4g} -> {top:.4g}, and was back by step {end} (divergence, over)"
+        return Finding(
+            kind=Kind.DIVERGENCE,
+            tag=tag,
+            severity=Severity.CRITICAL if end is None else Severity.WARNING,
+            start_step=s.onset,
+            peak_step=s.top_step,
+            end_step=end,
+            peak_value=top,
+            baseline=base,
+            ratio=top / base if base > 0 else None,
+            ongoing=end is None,
+            message=message,
+            remediation=(
+                f"Roll back to a checkpoint from before step {s.onset} and change the recipe, not just the "
+                "seed: lower the learning rate, check the init std, use bf16 rather than fp16, Adam "
+                "beta2 = 0.95, and the data mixture at that point. Restarts alone only delay it."
+            ),
+            evidence={"still_rising": rising, "noise": s.noise, "level_now": now, "blocks_above": s.above},
+        )

@@ -14,6 +14,7 @@ import numpy as np
 from analyzers.analyze import analyze_run
 from analyzers.config import AnalysisConfig
 from analyzers.findings import Finding, Kind
+from analyzers.health import RunHealth, run_health
 from analyzers.series import Resume, TagWrites, prepare_run
 from app.ingest.logdir import Run
 
@@ -64,9 +65,9 @@ class Alert:
         }
 
 
-# Patterns judged on the trend over many points: their onset moves as data arrives, so it
-# is not part of their identity (one of each per tag at a time).
-_ONSET_FREE = {Kind.PLATEAU.value, Kind.DIVERGENCE.value, Kind.LOSS_SCALE_COLLAPSE.value}
+# Patterns whose onset moves as data arrives: it is not part of their identity (one of each
+# per tag at a time).  Divergence, plateau and overfitting keep the onset they opened with.
+_ONSET_FREE = {Kind.LOSS_SCALE_COLLAPSE.value}
 
 
 def fingerprint(source: str, run: str, tag: str, kind: str, start_step: int) -> str:
@@ -90,8 +91,13 @@ def tag_writes(run: Run) -> dict[str, TagWrites]:
 
 def analyze(source: str, run: Run, config: AnalysisConfig = AnalysisConfig()) -> list[Alert]:
     """Alerts of a run just read."""
+    return assess_run(source, run, config)[0]
+
+
+def assess_run(source: str, run: Run, config: AnalysisConfig = AnalysisConfig()) -> tuple[list[Alert], RunHealth]:
+    """Alerts and health of a run just read."""
     resumes = tuple(Resume(r.from_step, r.to_step, r.segment, r.wall_time, r.tags) for r in run.rollbacks)
-    return analyze_writes(source, run.name, tag_writes(run), resumes, config)
+    return assess_writes(source, run.name, tag_writes(run), resumes, config)
 
 
 def analyze_writes(
@@ -103,12 +109,27 @@ def analyze_writes(
 ) -> list[Alert]:
     """Alerts of a run given as every write of each tag (as the store holds them).
     Raises AnalysisFailed, never anything else, when the detectors fail on it."""
+    return assess_writes(source, run, writes, resumes, config)[0]
+
+
+def assess_writes(
+    source: str,
+    run: str,
+    writes: dict[str, TagWrites],
+    resumes: tuple[Resume, ...],
+    config: AnalysisConfig = AnalysisConfig(),
+) -> tuple[list[Alert], RunHealth]:
+    """Alerts and health of a run given as every write of each tag.  Raises
+    AnalysisFailed, never anything else, when the detectors fail on it."""
     try:
-        findings = analyze_run(prepare_run(writes, resumes, config.roles), config)
+        prepared = prepare_run(writes, resumes, config.roles, run)
+        findings = analyze_run(prepared, config)
+        health = run_health(prepared, findings, config.plateau, config.health)
     except Exception as e:  # the boundary of pure analyzer code: no I/O or store state in here
         log.exception("analysis failed", extra={"source": source, "run": run})
         raise AnalysisFailed(source, run, e) from e
-    return [Alert(fingerprint(source, run, f.tag, f.kind.value, f.start_step), source, run, f) for f in findings]
+    alerts = [Alert(fingerprint(source, run, f.tag, f.kind.value, f.start_step), source, run, f) for f in findings]
+    return alerts, health
 
 
 def _number(x: float | None) -> float | None:

@@ -21,10 +21,18 @@ from analyzers.config import AnalysisConfig, ConfigError
 from analyzers.findings import Severity
 from app import analysis
 from app import scan as scanner
+from app.alerts.webhooks import longest_send
 from app.export import FORMATS, runs_frame, write_frame
 from app.ingest.problems import IngestError, Problem
 from app.ingest.sources import PathRead, read_path
-from app.report import merged_changes, open_alerts_table, render_changes_markdown, render_changes_table, render_table
+from app.report import (
+    merged_changes,
+    open_alerts_table,
+    render_changes_markdown,
+    render_changes_table,
+    render_health,
+    render_table,
+)
 from app.store import tokens
 from app.store.db import Store, StoreError, open_store
 
@@ -109,19 +117,25 @@ def analyze(paths: tuple[str, ...], fmt: str, config_file: str | None, fail_on: 
     or trainer_state log).  Stateless: each call reads and analyses everything."""
     config = _load_config(config_file)
     reads = [(path, _read(path, strict)) for path in paths]
-    alerts, failed = [], 0
+    assessed, failed = [], 0
     for path, read in reads:
         for run in read.runs.values():
             try:
-                alerts += analysis.analyze(path, run, config)
+                run_alerts, health = analysis.assess_run(path, run, config)
             except analysis.AnalysisFailed as e:  # reported; every other run is still analysed
                 click.echo(f"losswatch: {e}", err=True)
                 failed += 1
+                run_alerts, health = [], None
+            assessed.append((path, run, run_alerts, health))
+    alerts = [alert for *_, run_alerts, _ in assessed for alert in run_alerts]
     if fmt == "json":
-        click.echo(json.dumps({"runs": [_run_summary(p, r) for p, read in reads for r in read.runs.values()],
+        click.echo(json.dumps({"runs": [{**_run_summary(p, r), "health": h.to_dict() if h else None} for p, r, _, h in assessed],
                                "alerts": [a.to_dict() for a in alerts]}, indent=2))
     else:
-        click.echo(render_table(alerts, sum(len(read.runs) for _, read in reads)))
+        click.echo(render_table(alerts, len(assessed)))
+        told = [(r.name, h) for _, r, _, h in assessed if h is not None]
+        if told:
+            click.echo(render_health(told))
     if failed:
         sys.exit(EXIT_INPUT_ERROR)
     if fail_on != "never" and any(a.finding.severity >= Severity[fail_on.upper()] for a in alerts):
@@ -213,15 +227,26 @@ def scan(
 @click.option("--max-body-bytes", default=64 << 20, show_default=True, type=click.IntRange(min=1))
 @click.option("--max-points", default=1_000_000, show_default=True, type=click.IntRange(min=1),
               help="Most points one request may carry.")
+@click.option("--max-heavy-requests", default=2, show_default=True, type=click.IntRange(min=1),
+              help="Large posts and series reads served at once; more get 503 with Retry-After.")
 @click.option("--webhook", "webhooks", multiple=True, help="POST each alert change here (repeatable).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file of detector settings.")
 @click.option("--external-url", callback=_external_url,
               help="The URL browsers reach the service at (https://... makes the sign-in cookie Secure).")
 @click.option("--insecure", is_flag=True, help="Run open: no request needs a token, even when tokens exist.")
+@click.option("--db-connect-timeout", default=5.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds to wait for a database connection.")
+@click.option("--db-statement-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds one database statement may take, lock waits included; past it the request gets 503.")
+@click.option("--webhook-timeout", default=5.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds for each step of a webhook request: connecting, sending, awaiting the answer.")
+@click.option("--delivery-lease", default=120.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds a claimed webhook delivery is held; if its process dies, another sends it after this.")
 def serve(
     host: str, port: int, db_url: str | None, allowed_roots: tuple[str, ...], poll_interval: float,
-    analysis_interval: float, max_body_bytes: int, max_points: int, webhooks: tuple[str, ...],
-    config_file: str | None, external_url: str | None, insecure: bool,
+    analysis_interval: float, max_body_bytes: int, max_points: int, max_heavy_requests: int,
+    webhooks: tuple[str, ...], config_file: str | None, external_url: str | None, insecure: bool,
+    db_connect_timeout: float, db_statement_timeout: float, webhook_timeout: float, delivery_lease: float,
 ) -> None:
     """Run the HTTP service: ingest over HTTP, watched logdirs, the alerts API."""
     import uvicorn
@@ -230,14 +255,21 @@ def serve(
     from app.service.logs import log_config
     from app.service.settings import Settings
 
+    if delivery_lease <= longest_send(webhook_timeout):
+        _fail(
+            f"--delivery-lease {delivery_lease:g} is too short: sending one delivery may take "
+            f"{longest_send(webhook_timeout):g} s with --webhook-timeout {webhook_timeout:g}"
+        )
     store = _open_store(db_url)
     with store.read() as conn:
         protected = tokens.any_tokens(conn)
     store.close()
     settings = Settings(
         db_url=db_url, allowed_roots=allowed_roots, poll_interval=poll_interval, analysis_interval=analysis_interval,
-        max_body_bytes=max_body_bytes, max_points_per_request=max_points, webhooks=webhooks,
-        analysis=_load_config(config_file), auth=_auth_mode(host, protected, insecure), external_url=external_url,
+        max_body_bytes=max_body_bytes, max_points_per_request=max_points, max_heavy_requests=max_heavy_requests,
+        webhooks=webhooks, analysis=_load_config(config_file), auth=_auth_mode(host, protected, insecure),
+        external_url=external_url, db_connect_timeout=db_connect_timeout, db_statement_timeout=db_statement_timeout,
+        webhook_timeout=webhook_timeout, delivery_lease=delivery_lease,
     )
     if insecure:
         click.echo("losswatch: --insecure: no request needs a token", err=True)

@@ -3,7 +3,11 @@
 A screen is a few thousand pixels wide, a run can log millions of points.  Striding would
 drop a one-step spike or a lone NaN, which are exactly the points a loss plot is for, so
 the points are chosen per stretch of steps: the lowest and the highest of each, and the
-non-finite ones, which have no y value to be the extreme of anything."""
+non-finite ones, which have no y value to be the extreme of anything.
+
+The rule is computed by `MinMaxSketch`, which takes a series in pieces, in any order, and
+keeps a fixed amount of state: a series read chunk by chunk from the store is never held
+whole.  `minmax_indices` is the same rule for a series already in memory."""
 
 from __future__ import annotations
 
@@ -14,74 +18,178 @@ MIN_POINTS = 8  # the smallest budget that still keeps the ends, both extremes a
 
 def minmax_indices(step: np.ndarray, value: np.ndarray, max_points: int) -> np.ndarray:
     """Sorted indices of at most `max_points` points of a series sorted by step that keep
-    its shape when drawn.
-
-    The rule, for n > max_points points (otherwise every index is returned):
-
-    * Non-finite points (NaN, +-Inf) get up to a quarter of the budget, r = min(count,
-      max_points // 4).  When there are more than r of them, the step range is cut into r
-      equal buckets and the first non-finite point of each bucket that holds any is kept:
-      every stretch where the series is not finite still shows one.
-    * The first and the last point are always kept, so the drawn range is the real one.
-    * The rest, k = (max_points - kept non-finite - 2) // 2, is the number of equal buckets
-      the step range is cut into; each keeps the index of its lowest and of its highest
-      finite value (the first of equals).  A one-point spike is its bucket's maximum, so it
-      survives, and the series' own minimum and maximum are always kept.
-
-    Buckets are cut on steps, not on indices, so uneven logging does not crowd one part of
-    the axis.  Everything is vectorised: a million points take a few tens of milliseconds.
-    """
+    its shape when drawn: `MinMaxSketch`'s rule over the series' own step range.
+    Vectorised: a million points take a few tens of milliseconds."""
     n = len(step)
-    if max_points < MIN_POINTS:
-        raise ValueError(f"max_points must be at least {MIN_POINTS}, got {max_points}")
+    _check_budget(max_points)
     if n <= max_points:
         return np.arange(n)
-    finite = np.isfinite(value)
-    nonfinite = np.flatnonzero(~finite)
-    budget = min(len(nonfinite), max_points // 4)
-    kept_nonfinite = _first_per_bucket(step, nonfinite, budget)
-    buckets = (max_points - len(kept_nonfinite) - 2) // 2
-    extremes = _extreme_per_bucket(step, value, np.flatnonzero(finite), buckets)
-    return np.unique(np.concatenate([[0, n - 1], kept_nonfinite, extremes]))
+    sketch = MinMaxSketch(int(step[0]), int(step[-1]), max_points)
+    sketch.add(np.arange(n), step, value)
+    return sketch.result()[0]
 
 
-def _bucket_of(step: np.ndarray, at: np.ndarray, buckets: int) -> np.ndarray:
-    """The bucket (0 .. buckets-1) of each of the points `at`, cutting the whole series'
-    step range into `buckets` equal parts; non-decreasing since steps are sorted."""
-    first, span = float(step[0]), float(step[-1]) - float(step[0])
-    if span <= 0:
-        return np.zeros(len(at), np.int64)
-    scaled = (step[at].astype(np.float64) - first) * (buckets / span)
-    return np.minimum(scaled.astype(np.int64), buckets - 1)
+class MinMaxSketch:
+    """At most `max_points` points of a series that keep its shape when drawn, from pieces
+    fed in any order.  Each point has a key that orders the series (its step, or its index)
+    and is unique.
+
+    The rule, for n > max_points points (otherwise every point is kept):
+
+    * The step range [first_step, last_step] is cut into F = (max_points - 2) // 2 equal
+      fine buckets (steps outside it count in the end buckets).  Buckets are cut on steps,
+      not on indices, so uneven logging does not crowd one part of the axis.
+    * Non-finite points (NaN, +-Inf) get up to a quarter of the budget, r = max_points // 4.
+      With at most r of them every one is kept; else the first of each fine bucket that
+      holds any, and when that is still more than r, the first of each of r equal groups of
+      fine buckets: every stretch where the series is not finite still shows one.
+    * The points with the lowest and the highest key are always kept, so the drawn range is
+      the real one.
+    * The rest of the budget, C = (max_points - kept non-finite - 2) // 2, is the number of
+      equal groups the fine buckets are joined into; each keeps its lowest and its highest
+      finite value (of equals, the one with the lowest key).  A one-point spike is its
+      group's maximum, so it survives, and the series' own extremes are always kept.
+
+    State is O(max_points) whatever the length of the series: per fine bucket, its lowest,
+    highest and first non-finite point.
+    """
+
+    def __init__(self, first_step: int, last_step: int, max_points: int) -> None:
+        _check_budget(max_points)
+        self.max_points = max_points
+        self.count = 0
+        self.nonfinite = 0
+        self._buckets = (max_points - 2) // 2
+        self._first = float(first_step)
+        span = float(last_step) - float(first_step)
+        self._scale = self._buckets / span if span > 0 else 0.0
+        self._all: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = []  # while count <= max_points
+        self._all_nonfinite: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = []  # while <= r
+        self._lowest = _Table(self._buckets)
+        self._highest = _Table(self._buckets)
+        self._first_nonfinite = _Table(self._buckets)
+        self._ends = _Table(2)  # 0: the lowest key, 1: the highest
+
+    def add(self, key: np.ndarray, step: np.ndarray, value: np.ndarray) -> None:
+        """Take a piece of the series: points not seen before, unique keys, any order."""
+        if not len(key):
+            return
+        key, step, value = np.asarray(key, np.int64), np.asarray(step, np.int64), np.asarray(value, np.float64)
+        self.count += len(key)
+        if self._all is not None:
+            self._all.append((key, step, value))
+            if self.count > self.max_points:
+                self._all = None
+        ends = np.array([np.argmin(key), np.argmax(key)])
+        self._ends.offer(np.array([0, 1]), key[ends], step[ends], value[ends], np.array([0.0, 0.0]), np.array([1, -1]))
+        finite = np.isfinite(value)
+        bucket = self._bucket(step)
+        if not finite.all():
+            bad = ~finite
+            self.nonfinite += int(np.count_nonzero(bad))
+            if self._all_nonfinite is not None:
+                self._all_nonfinite.append((key[bad], step[bad], value[bad]))
+                if self.nonfinite > self.max_points // 4:
+                    self._all_nonfinite = None
+            self._first_nonfinite.offer_best(bucket[bad], key[bad], step[bad], value[bad], np.zeros(int(bad.sum())))
+            key, step, value, bucket = key[finite], step[finite], value[finite], bucket[finite]
+        self._lowest.offer_best(bucket, key, step, value, value)
+        self._highest.offer_best(bucket, key, step, value, -value)
+
+    def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(key, step, value) of the points kept, sorted by key."""
+        if self._all is not None:
+            return _sorted_by_key(*_joined(self._all))
+        nonfinite = self._kept_nonfinite()
+        groups = (self.max_points - len(nonfinite[0]) - 2) // 2
+        parts = [self._ends.filled(), nonfinite, self._lowest.grouped(groups), self._highest.grouped(groups)]
+        key, step, value = _joined(parts)
+        _, unique = np.unique(key, return_index=True)  # one point may be an end and an extreme
+        return key[unique], step[unique], value[unique]
+
+    def _kept_nonfinite(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self._all_nonfinite is not None:
+            return _joined(self._all_nonfinite)
+        budget = self.max_points // 4
+        table = self._first_nonfinite
+        if np.count_nonzero(table.has) <= budget:
+            return table.filled()
+        return table.grouped(budget)
+
+    def _bucket(self, step: np.ndarray) -> np.ndarray:
+        scaled = (step.astype(np.float64) - self._first) * self._scale
+        return np.clip(scaled, 0, self._buckets - 1).astype(np.int64)
 
 
-def _first_per_bucket(step: np.ndarray, at: np.ndarray, buckets: int) -> np.ndarray:
-    """The first of the points `at` in each bucket that holds any of them."""
-    if len(at) <= buckets:
-        return at
-    bucket = _bucket_of(step, at, buckets)
-    return at[_starts(bucket)]
+class _Table:
+    """The best point of each bucket: the lowest rank, then the lowest key."""
+
+    def __init__(self, size: int) -> None:
+        self.has = np.zeros(size, bool)
+        self.rank = np.zeros(size, np.float64)
+        self.key = np.zeros(size, np.int64)
+        self.step = np.zeros(size, np.int64)
+        self.value = np.zeros(size, np.float64)
+
+    def offer_best(self, bucket: np.ndarray, key: np.ndarray, step: np.ndarray, value: np.ndarray, rank: np.ndarray) -> None:
+        """Offer the best point of each bucket among these."""
+        if len(key):
+            best = _best_per_group(bucket, rank, key)
+            self.offer(bucket[best], key[best], step[best], value[best], rank[best])
+
+    def offer(
+        self, bucket: np.ndarray, key: np.ndarray, step: np.ndarray, value: np.ndarray, rank: np.ndarray,
+        key_sign: np.ndarray | int = 1,
+    ) -> None:
+        """Offer one point per bucket (distinct buckets); `key_sign` -1 prefers the higher key."""
+        old_rank, old_key = self.rank[bucket], self.key[bucket]
+        later = np.where(np.asarray(key_sign) > 0, key < old_key, key > old_key)
+        better = ~self.has[bucket] | (rank < old_rank) | ((rank == old_rank) & later)
+        at = bucket[better]
+        self.has[at] = True
+        self.rank[at], self.key[at], self.step[at], self.value[at] = rank[better], key[better], step[better], value[better]
+
+    def filled(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.key[self.has], self.step[self.has], self.value[self.has]
+
+    def grouped(self, groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The best point of each of `groups` equal runs of consecutive buckets."""
+        at = np.flatnonzero(self.has)
+        if not len(at):
+            return self.filled()
+        group = at * groups // len(self.has)
+        best = at[_best_per_group(group, self.rank[at], self.key[at])]
+        return self.key[best], self.step[best], self.value[best]
 
 
-def _extreme_per_bucket(step: np.ndarray, value: np.ndarray, at: np.ndarray, buckets: int) -> np.ndarray:
-    """The index of the lowest and of the highest of the points `at` in each bucket."""
-    if len(at) == 0 or buckets < 1:
-        return np.zeros(0, np.int64)
-    bucket = _bucket_of(step, at, buckets)
-    v = value[at]
-    starts = _starts(bucket)
-    counts = np.diff(np.append(starts, len(at)))
-    lowest = _first_equal(v, np.repeat(np.minimum.reduceat(v, starts), counts), bucket)
-    highest = _first_equal(v, np.repeat(np.maximum.reduceat(v, starts), counts), bucket)
-    return np.concatenate([at[lowest], at[highest]])
-
-
-def _first_equal(v: np.ndarray, target: np.ndarray, bucket: np.ndarray) -> np.ndarray:
-    """Positions of the first point of each bucket whose value equals its bucket's target."""
-    hits = np.flatnonzero(v == target)
-    return hits[_starts(bucket[hits])]
+def _best_per_group(group: np.ndarray, rank: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """Positions of the point with the lowest rank, then the lowest key, of each group."""
+    if np.all(group[1:] >= group[:-1]) and np.all(key[1:] > key[:-1]):
+        # Already in group and key order (the usual case): no sort.
+        starts = _starts(group)
+        counts = np.diff(np.append(starts, len(group)))
+        hits = np.flatnonzero(rank == np.repeat(np.minimum.reduceat(rank, starts), counts))
+        return hits[_starts(group[hits])]
+    order = np.lexsort((key, rank, group))
+    return order[_starts(group[order])]
 
 
 def _starts(sorted_keys: np.ndarray) -> np.ndarray:
     """Positions where a non-decreasing key array changes: the start of each group."""
     return np.flatnonzero(np.diff(sorted_keys, prepend=sorted_keys[:1] - 1))
+
+
+def _joined(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    if not parts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64)
+    return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))  # type: ignore[return-value]
+
+
+def _sorted_by_key(key: np.ndarray, step: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    order = np.argsort(key, kind="stable")
+    return key[order], step[order], value[order]
+
+
+def _check_budget(max_points: int) -> None:
+    if max_points < MIN_POINTS:
+        raise ValueError(f"max_points must be at least {MIN_POINTS}, got {max_points}")

@@ -10,8 +10,9 @@ drawn can be checked (and styled, or linked to from an alert) without looking at
 * `series-<tag>`: a tag's curve; `baseline`, `noise-band`: the loss's baseline and band;
 * `nonfinite-<tag>`: the ticks at the top of a tag's panel where it is NaN or +-Inf;
 * `spike-<class>-<start_step>`, `explosion-<start_step>`, `divergence-<start_step>`,
-  `plateau-<start_step>`, `collapse-<start_step>`, `stuck-<start_step>`: an alert's shading
-  on the panel of its tag, and `<that id>-label` its label;
+  `plateau-<start_step>`, `overfitting-<start_step>`, `collapse-<start_step>`,
+  `stuck-<start_step>`: an alert's shading on the panel of its tag, and `<that id>-label`
+  its label;
 * `restart-<step>`: the dashed line of a resume, across every panel.
 
 Figures are built with `matplotlib.figure.Figure` on an Agg canvas, never pyplot, so
@@ -83,6 +84,7 @@ _STYLES = {
     Kind.GRAD_NORM_EXPLOSION: _Style("explosion", "grad-norm explosion", "#d62728", 0.3),
     Kind.DIVERGENCE: _Style("divergence", "divergence", "#d62728", 0.08),
     Kind.PLATEAU: _Style("plateau", "plateau", "#6a3d9a", 0.07),
+    Kind.OVERFITTING: _Style("overfitting", "overfitting", "#ff7f0e", 0.08),
     Kind.LOSS_SCALE_COLLAPSE: _Style("collapse", "loss-scale collapse", "#8c564b", 0.1),
     Kind.GRAD_NORM_STUCK: _Style("stuck", "grad norm stuck", "#7f7f7f", 0.12),
 }

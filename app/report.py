@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from analyzers.health import RunHealth
 from app.alerts.lifecycle import AlertRecord
 from app.analysis import Alert
 from app.updates import Reported
@@ -27,6 +28,12 @@ def render_table(alerts: list[Alert], runs: int) -> str:
     counts = {s: sum(1 for a in alerts if str(a.finding.severity) == s) for s in ("critical", "warning", "info")}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     return "\n".join(lines + [f"{len(alerts)} alerts in {runs} runs ({summary})"])
+
+
+def render_health(runs: list[tuple[str, RunHealth]]) -> str:
+    """One line per run, under the alerts: its health word, why, and the numbers."""
+    rows = [("health", name, h.status.value, h.summary()) for name, h in sorted(runs, key=lambda r: r[0])]
+    return "\n".join(_aligned(rows))
 
 
 def _steps(alert: Alert) -> str:

@@ -15,7 +15,7 @@ from sqlalchemy.engine import Connection
 
 from analyzers.config import AnalysisConfig
 from app.alerts.lifecycle import Event, evaluate
-from app.analysis import Alert, AnalysisFailed, analyze_writes
+from app.analysis import Alert, AnalysisFailed, assess_writes
 from app.ingest.logdir import RunState
 from app.ingest.points import Points
 from app.ingest.restarts import Rollback
@@ -65,6 +65,7 @@ class Assessment:
     last_step: int | None
     current: list[Alert]
     error: str | None = None
+    health: dict | None = None  # the run's health summary (analyzers/health.py)
 
 
 @dataclass(frozen=True)
@@ -82,10 +83,10 @@ def assess(conn: Connection, run: StoredRun, config: AnalysisConfig) -> Assessme
     writes = stored_runs.load_writes(conn, run.id)
     resumes = stored_runs.load_resumes(conn, run.id)
     try:
-        alerts = analyze_writes(run.source, run.name, writes, resumes, config)
+        alerts, health = assess_writes(run.source, run.name, writes, resumes, config)
     except AnalysisFailed as e:
         return Assessment(run.points, run.last_step, [], error=e.reason)
-    return Assessment(run.points, run.last_step, alerts)
+    return Assessment(run.points, run.last_step, alerts, health=health.to_dict())
 
 
 def apply(conn: Connection, run: StoredRun, assessment: Assessment, webhooks: Sequence[str], now: float) -> Applied:
@@ -108,6 +109,7 @@ def apply(conn: Connection, run: StoredRun, assessment: Assessment, webhooks: Se
     reported = list(zip(stored_alerts.add_events(conn, events, now), events))
     quiet = stored_alerts.silenced_ids(conn, [e.record.id for _, e in reported])
     stored_alerts.enqueue(conn, [i for i, e in reported if e.record.id not in quiet], list(webhooks), now)
+    done["health"] = assessment.health
     conn.execute(runs.update().where(runs.c.id == run.id).values(analyzed_points=assessment.points, **done))
     return Applied([Reported(run.source, e, i) for i, e in reported])
 

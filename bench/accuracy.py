@@ -1,5 +1,5 @@
 """Precision and recall of losswatch's detectors on a labelled corpus (generated curves with
-planted patterns, tests/curves.py) and the classification accuracy of loss spikes, beside the
+planted patterns, tests/curves.py: train losses, and runs with eval losses or not learning) and the classification accuracy of loss spikes, beside the
 one-rule detectors other tools ship, on the same curves; then the real sample runs against
 what was caused in them (sample_runs/labels.json); then the real public logs labelled in
 bench/labels/reference_runs.json, per kind on the tuning and the held-out part, beside
@@ -36,7 +36,7 @@ from bench import corpus as labels  # noqa: E402
 from bench import realcurves  # noqa: E402
 from bench.peers import PEERS  # noqa: E402
 from bench.replay import replay_events  # noqa: E402
-from tests.curves import SCORED, Score, labelled_corpus, score, tolerance  # noqa: E402
+from tests.curves import SCORED, Score, eval_corpus, labelled_corpus, score, tolerance  # noqa: E402
 
 
 def peer_score(corpus, rule) -> Score:
@@ -71,7 +71,7 @@ def main() -> None:
 
 
 def generated() -> None:
-    corpus = labelled_corpus()
+    corpus = labelled_corpus() + eval_corpus()
     print(f"labelled corpus: {len(corpus)} curves ({sum(not c.truth for c in corpus)} clean), "
           f"{sum(len(c.truth) for c in corpus)} planted events", file=sys.stderr)
     scores, loud_clean = score(corpus)

@@ -35,15 +35,21 @@ class Curve:
     tags: dict[str, np.ndarray]
     truth: list[Truth] = field(default_factory=list)
     resumes: tuple[Resume, ...] = ()
+    evals: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # tag -> (steps, values)
     # steps where the noise itself rose 6 robust sigmas or more: a loss spike found there
     # is neither credited nor counted false (the rule of bench/labels for real curves)
     blips: list[int] = field(default_factory=list)
     bf16: bool = False  # logged in bfloat16: planted patterns are rounded too, as a bf16 loop logs them
 
-    def findings(self, config: AnalysisConfig = AnalysisConfig()) -> list[Finding]:
+    def writes(self) -> dict[str, TagWrites]:
         zero = np.zeros(len(self.steps), np.int32)
         writes = {tag: TagWrites(self.steps, values, zero) for tag, values in self.tags.items()}
-        return analyze_run(prepare_run(writes, self.resumes), config)
+        for tag, (steps, values) in self.evals.items():
+            writes[tag] = TagWrites(steps, values, np.zeros(len(steps), np.int32))
+        return writes
+
+    def findings(self, config: AnalysisConfig = AnalysisConfig()) -> list[Finding]:
+        return analyze_run(prepare_run(self.writes(), self.resumes), config)
 
 
 # -- clean curves ------------------------------------------------------------------------
@@ -188,6 +194,124 @@ def plant_divergence(curve: Curve, at: int) -> None:
     curve.truth.append(Truth(Kind.DIVERGENCE, "train/loss", int(curve.steps[at])))
 
 
+# -- eval losses and plateaus ------------------------------------------------------------
+
+
+def with_eval(curve: Curve, rng: np.random.Generator, every: int, noise: float = 0.003, tag: str = "eval/loss") -> Curve:
+    """An eval loss every `every` points, shaped like the train loss's trend (a little above
+    it, with the small noise of an average over an eval set)."""
+    at = np.arange(every - 1, len(curve.steps), every)
+    trend = _smooth(curve.tags["train/loss"])[at]
+    curve.evals[tag] = (curve.steps[at], trend * 1.05 * (1 + noise * rng.standard_normal(len(at))))
+    return curve
+
+
+def _smooth(v: np.ndarray, width: int = 51) -> np.ndarray:
+    """A centred running median: the trend a clean eval loss follows."""
+    pad = width // 2
+    padded = np.concatenate([np.full(pad, v[0]), v, np.full(pad, v[-1])])
+    return np.median(np.lib.stride_tricks.sliding_window_view(padded, width), axis=1)
+
+
+def plant_overfitting(curve: Curve, best: int, rise: float, rng: np.random.Generator, tag: str = "eval/loss") -> None:
+    """From eval index `best` on, the eval loss climbs to `rise` (e.g. 0.3 = +30%) above
+    its value there by the last evaluation, while the train loss goes on as it was."""
+    steps, values = curve.evals[tag]
+    n = len(values) - best
+    ramp = (np.arange(n) / max(n - 1, 1)) ** 1.2
+    values[best:] = values[best] * (1 + rise * ramp) * (1 + 0.003 * rng.standard_normal(n))
+    curve.truth.append(Truth(Kind.OVERFITTING, tag, int(steps[best])))
+
+
+def epoch_curve(seed: int, epochs: int, *, overfit_at: int | None = None, noise: float = 0.01) -> Curve:
+    """A Keras-style run logged once per epoch, steps = epochs: train loss falling to the
+    end; the validation loss falling with it, then (at `overfit_at`) rising again."""
+    rng = np.random.default_rng(seed)
+    steps = np.arange(epochs, dtype=np.int64)
+    start, floor = rng.uniform(0.5, 2.5), rng.uniform(0.02, 0.2)
+    train = floor + (start - floor) * np.exp(-steps / (epochs / 4)) * (1 + noise * rng.standard_normal(epochs))
+    val_floor = floor + rng.uniform(0.1, 0.3) * start
+    val = val_floor + (start - val_floor) * np.exp(-steps / (epochs / 6))
+    if overfit_at is not None:
+        val = np.where(steps > overfit_at, val[overfit_at] * (1 + 0.04 * np.clip(steps - overfit_at, 0, None) ** 1.1), val)
+    val = val * (1 + 0.003 * rng.standard_normal(epochs))
+    curve = Curve(f"epochs-{epochs}" + ("-overfit" if overfit_at is not None else ""), steps, {"train/loss": train})
+    curve.evals["val/loss"] = (steps, val)
+    if overfit_at is not None:
+        best = int(np.argmin(val[: overfit_at + 3]))
+        curve.truth.append(Truth(Kind.OVERFITTING, "val/loss", int(steps[best])))
+    return curve
+
+
+def chance_curve(seed: int, classes: int, points: int = 2000, interval: int = 1) -> Curve:
+    """A model that never learns: its train loss at ln K with minibatch noise, its eval loss
+    at ln K to four digits, the LR on a normal schedule."""
+    rng = np.random.default_rng(seed)
+    steps = np.arange(points, dtype=np.int64) * interval
+    level = np.log(classes)
+    lr = 3e-4 * np.minimum(1, (steps + 1) / (0.03 * steps[-1] + 1))
+    curve = Curve(f"chance-{classes}", steps, {"train/loss": level * (1 + 0.01 * rng.standard_normal(points)), "train/lr": lr})
+    every = max(1, points // 40)
+    curve.evals["eval/loss"] = (steps[every - 1 :: every], np.round(np.full(len(steps[every - 1 :: every]), level), 4))
+    curve.truth += [Truth(Kind.PLATEAU, "train/loss", 0), Truth(Kind.PLATEAU, "eval/loss", int(steps[every - 1]))]
+    return curve
+
+
+def plant_stalled_lr(curve: Curve, at: int) -> None:
+    """The LR is set to 1e-9 at point `at` (a scheduler bug); the loss stops improving."""
+    loss, lr = curve.tags["train/loss"], curve.tags["train/lr"]
+    trend = _smooth(loss)
+    loss[at:] = trend[at] * (1 + (loss[at:] / trend[at:] - 1))
+    lr[at:] = 1e-9
+    curve.truth.append(Truth(Kind.PLATEAU, "train/loss", int(curve.steps[at])))
+
+
+def eval_corpus(seed: int = 0) -> list[Curve]:
+    """Runs with eval losses and runs that are not learning: clean ones (which must stay
+    silent: an eval loss that follows its train loss, a run that flattened as its LR
+    decayed, a step schedule's last stage at a tenth of the LR), overfitting on long and
+    short series (5-50 evaluations, epochs as steps), an eval loss that diverges with its
+    train loss, models at chance level, and a stalled LR."""
+    rng = np.random.default_rng(seed + 7)
+    corpus = []
+    shapes = [
+        dict(interval=1, noise=0.02), dict(interval=1, noise=0.03, heavy_tails=True), dict(interval=10, noise=0.02),
+        dict(interval=1, noise=0.02, schedule="step"), dict(interval=1, noise=0.01, bf16=True),
+        dict(interval=10, noise=0.03, schedule="constant"),
+    ]
+    for i, shape in enumerate(shapes):
+        for rep in range(2):
+            base = 50_000 + 1000 * i + 10 * rep
+            every = int(rng.choice([50, 100, 200]))
+            corpus.append(with_eval(clean_curve(seed + base, **shape), rng, every))
+            over = with_eval(clean_curve(seed + base + 1, **shape), rng, every)
+            over.name = over.name.replace("clean", "overfit")
+            n = len(over.evals["eval/loss"][0])
+            plant_overfitting(over, int(rng.uniform(0.4, 0.7) * n), rng.uniform(0.1, 0.4), rng)
+            corpus.append(over)
+            both = with_eval(clean_curve(seed + base + 2, **shape), rng, every)
+            both.name = both.name.replace("clean", "diverging")
+            at = int(0.6 * len(both.steps))
+            plant_divergence(both, at)
+            steps, values = both.evals["eval/loss"]
+            after = steps >= both.steps[at]
+            values[after] = _smooth(both.tags["train/loss"])[np.searchsorted(both.steps, steps[after])] * 1.05
+            first = int(np.flatnonzero(after)[0])
+            both.truth.append(Truth(Kind.DIVERGENCE, "eval/loss", int(steps[max(first - 1, 0)])))
+            corpus.append(both)
+            stalled = clean_curve(seed + base + 3, **shape)
+            stalled.name = stalled.name.replace("clean", "stalled-lr")
+            plant_stalled_lr(stalled, int(rng.uniform(0.2, 0.5) * len(stalled.steps)))
+            corpus.append(stalled)
+    for k, epochs in enumerate((5, 8, 20, 50)):
+        corpus.append(epoch_curve(seed + 60_000 + k, epochs))
+        if epochs >= 8:
+            corpus.append(epoch_curve(seed + 61_000 + k, epochs, overfit_at=int(rng.uniform(0.3, 0.5) * epochs)))
+    for k, classes in enumerate((2, 4, 10)):
+        corpus.append(chance_curve(seed + 62_000 + k, classes, interval=int(rng.choice([1, 10, 50]))))
+    return corpus
+
+
 def labelled_corpus(seed: int = 0) -> list[Curve]:
     """Clean curves of every shape, and the same shapes with planted patterns."""
     rng = np.random.default_rng(seed)
@@ -262,11 +386,11 @@ class Score:
         return self.classified_right / self.classified if self.classified else 1.0
 
 
-SCORED = (Kind.LOSS_SPIKE, Kind.GRAD_NORM_EXPLOSION, Kind.NONFINITE, Kind.DIVERGENCE)
+SCORED = (Kind.LOSS_SPIKE, Kind.GRAD_NORM_EXPLOSION, Kind.NONFINITE, Kind.DIVERGENCE, Kind.OVERFITTING, Kind.PLATEAU)
 
 
 def tolerance(kind: Kind, interval: int, points: int) -> int:
-    if kind is Kind.DIVERGENCE:
+    if kind in (Kind.DIVERGENCE, Kind.PLATEAU, Kind.OVERFITTING):
         return max(10 * interval, int(0.1 * points * interval))  # a trend turns over many steps
     return max(10, 3 * interval)
 

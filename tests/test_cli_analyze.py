@@ -73,14 +73,30 @@ def test_exit_code_follows_fail_on(logdir, fail_on, code):
 def test_clean_run_exits_0_with_a_clear_line(logdir):
     result = invoke("analyze", str(logdir / "clean"))
     assert result.exit_code == 0
-    assert result.stdout == "no alerts in 1 run\n"
+    assert result.stdout == "no alerts in 1 run\nhealth  .  healthy  nothing wrong seen; 0 loss spikes; last step 1999\n"
 
 
-def test_table_is_one_line_per_alert_worst_first(logdir):
+def test_table_is_one_line_per_alert_worst_first_then_one_health_line_per_run(logdir):
     lines = invoke("analyze", str(logdir)).stdout.splitlines()
     assert lines[0].startswith("CRIT  nan ")
-    assert "loss_spike/fast_recovering" in lines[-2]
-    assert lines[-1] == "2 alerts in 3 runs (1 critical, 1 info)"
+    assert "loss_spike/fast_recovering" in lines[1]
+    assert lines[2] == "2 alerts in 3 runs (1 critical, 1 info)"
+    assert lines[3:] == [
+        "health  clean  healthy   nothing wrong seen; 0 loss spikes; last step 1999",
+        "health  nan    diverged  nonfinite on train/loss since step 1500; 0 loss spikes; last step 1999",
+        "health  spiky  healthy   nothing wrong seen; 1 loss spike (0.5 per 1k steps, largest 3x its baseline at step 1000; "
+        "29 steps above the band); last step 1999",
+    ]
+
+
+def test_json_gives_each_run_its_health(logdir):
+    out = json.loads(invoke("analyze", str(logdir), "--format", "json", "--fail-on", "never").stdout)
+    health = {r["run"]: r["health"] for r in out["runs"]}
+    assert {run: h["status"] for run, h in health.items()} == {"clean": "healthy", "nan": "diverged", "spiky": "healthy"}
+    spiky = health["spiky"]
+    assert (spiky["spikes"], spiky["spikes_per_1k_steps"], spiky["last_step"], spiky["best_eval"]) == (1, 0.5, 1999, None)
+    assert spiky["largest_spike"]["step"] == 1000 and spiky["largest_spike"]["ratio"] == pytest.approx(3, rel=0.05)
+    assert 20 <= spiky["steps_above_band"] <= 30
 
 
 def test_config_file_changes_thresholds(logdir, tmp_path):
@@ -113,7 +129,7 @@ def test_roles_override_makes_an_unnamed_tag_a_loss(tmp_path):
     v[500] = 8
     (tmp_path / "r").mkdir()
     write_events(tmp_path / "r" / "events.out.tfevents.1", [scalar_event(i, "objective", float(x)) for i, x in enumerate(v)])
-    assert invoke("analyze", str(tmp_path)).stdout == "no alerts in 1 run\n"
+    assert invoke("analyze", str(tmp_path)).stdout.startswith("no alerts in 1 run\nhealth  r  healthy  no loss logged; ")
     config = tmp_path / "lw.toml"
     config.write_text("[roles]\nobjective = 'loss'\n")
     assert "loss_spike" in invoke("analyze", str(tmp_path), "--config", str(config)).stdout

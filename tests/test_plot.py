@@ -60,10 +60,16 @@ def test_bad_batch_marks_the_spike_and_the_explosion_on_their_panels(tmp_path):
     assert {"panel-loss", "panel-grad_norm", "panel-learning_rate"} <= ids(root)
     assert "panel-loss_scale" not in ids(root)  # not logged
     assert {"series-train/loss", "baseline", "noise-band", "spike-fast_recovering-1500",
-            "spike-fast_recovering-1500-label", "plateau-2100"} <= panel(root, "loss")
+            "spike-fast_recovering-1500-label"} <= panel(root, "loss")
+    assert not any(i.startswith("plateau") for i in ids(root))  # it converged: no alert
     assert {"series-train/grad_norm", "explosion-1500", "explosion-1500-label"} <= panel(root, "grad_norm")
     assert "explosion-1500" not in panel(root, "loss")
     assert not any(i.startswith("nonfinite") for i in ids(root))
+
+
+def test_a_stalled_learning_rate_shades_the_plateau_from_where_the_lr_fell(tmp_path):
+    root = svg_of(SAMPLES / "stalled_lr", tmp_path)
+    assert {"plateau-200", "plateau-200-label"} <= panel(root, "loss")
 
 
 def test_fp16_overflow_marks_nans_where_they_happen_and_the_collapse(tmp_path):

@@ -9,6 +9,7 @@ import httpx
 import numpy as np
 import pytest
 
+from app.store import runs as stored_runs
 from app.store import tokens
 from app.store.db import open_store
 from tests.eventfiles import scalar_event, write_events
@@ -40,6 +41,27 @@ def test_runs_list_and_detail(client):
     assert detail["tags"] == [{"tag": "train/loss", "role": "loss", "points": 1000, "first_step": 0, "last_step": 999}]
     missing = client.get("/v1/runs/nope")
     assert missing.status_code == 404 and missing.json()["error"] == {"code": "not_found", "message": "no run 'nope'"}
+
+
+def test_runs_carry_their_health_from_the_last_analysis(client, store_url):
+    client.post("/v1/runs/bad/points", json=curve(nan_from=900))
+    val = [3.6, 3.0, 2.7, 2.6, 2.7, 2.8, 2.95, 3.1, 3.3, 3.5]
+    points = curve()["points"] + [{"step": 99 + 100 * i, "tag": "val/loss", "value": v} for i, v in enumerate(val)]
+    client.post("/v1/runs/over/points", json={"points": points})
+    runs = {r["name"]: r["health"] for r in client.get("/v1/runs").json()}
+    assert (runs["bad"]["status"], runs["bad"]["reason"]) == ("diverged", "nonfinite on train/loss since step 900")
+    over = client.get("/v1/runs/over").json()["health"]
+    assert over == {
+        "status": "overfitting", "reason": "overfitting on val/loss since step 399", "spikes": 0,
+        "spikes_per_1k_steps": 0.0, "largest_spike": None, "steps_above_band": 0,
+        "best_eval": {"tag": "val/loss", "step": 399, "value": 2.6}, "last_step": 999,
+    }
+    store = open_store(store_url)
+    try:
+        with store.read() as conn:  # kept on the run's row: listing runs analyses nothing
+            assert {r.name: r.health["status"] for r in stored_runs.list_runs(conn)} == {"bad": "diverged", "over": "overfitting"}
+    finally:
+        store.close()
 
 
 def test_series_downsampling_keeps_the_spike(client):

@@ -60,15 +60,20 @@ def test_bad_records_are_rejected_with_where_and_why_and_the_rest_kept(client):
 
 def test_a_body_naming_another_run_is_rejected(client):
     r = client.post("/v1/runs/a/points", json={"run": "b", "points": [{"step": 1, "tag": "loss", "value": 1.0}]})
-    assert r.json()["accepted"] == 0
-    assert r.json()["rejected"][0]["reason"] == "run 'b' is not this URL's run 'a'"
+    assert r.status_code == 422
+    assert r.json()["error"] == {
+        "code": "invalid_input", "message": "every record was rejected: nothing was stored",
+        "details": [{"reason": "run 'b' is not this URL's run 'a'", "points": 1}],
+    }
 
 
 def test_invalid_json_is_rejected_with_its_line(client):
     r = client.post("/v1/runs/a/points", content=b'{"points": [1,\n', headers={"Content-Type": "application/json"})
-    assert r.status_code == 200 and r.json()["accepted"] == 0
-    assert r.json()["rejected"][0]["reason"].startswith("invalid JSON:")
-    assert r.json()["rejected"][0]["line"] == 2
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert (error["code"], error["message"]) == ("unreadable_body", "the body cannot be read as JSON")
+    assert error["details"][0]["reason"].startswith("invalid JSON:")
+    assert error["details"][0]["line"] == 2
 
 
 def test_appending_twice_stores_once_and_a_different_value_is_a_rewrite(client):
@@ -106,8 +111,8 @@ def test_limits(store_url):
 def test_deeply_nested_json_is_rejected_not_crashed(client):
     deep = '{"step": 1, "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
     r = client.post("/v1/runs/a/points", content=deep, headers={"Content-Type": "application/json"})
-    assert r.status_code == 200
-    assert r.json()["accepted"] == 0 and r.json()["rejected"]
+    assert r.status_code == 400
+    assert r.json()["error"]["details"] == [{"reason": "invalid JSON: nested too deeply"}]
 
 
 def event_bytes(steps, tag="train/loss") -> bytes:

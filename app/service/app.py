@@ -14,24 +14,26 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.service import errors, ui
 from app.service.auth import Gate
 from app.service.background import Background
 from app.service.headers import SecurityHeaders
-from app.service.limits import BodyLimit, BodyTooLarge
+from app.service.limits import BodyLimit, BodyTooLarge, Slots
 from app.service.metrics import Metrics
 from app.service.routes import alerts, ingest, logdirs, ops, runs
 from app.service.routes.run_names import EncodedRunNames
 from app.service.settings import Settings
-from app.store.db import open_store
+from app.store.db import Timeouts, open_store
 
 log = logging.getLogger("losswatch.http")
 
 DESCRIPTION = """\
 losswatch watches training runs' loss curves and raises alerts: loss spikes classified by
 how they end (fast-recovering, slow-recovering, divergent), grad-norm explosions, NaN/Inf,
-fp16 loss-scale collapse, divergence, plateaus, restarts.
+fp16 loss-scale collapse, divergence, plateaus, overfitting of eval losses, restarts; and
+each run's health (healthy, unstable, diverged, stalled, overfitting, converged).
 
 Post points from a training loop (`POST /v1/runs/{run}/points`), or register a TensorBoard
 logdir (`POST /v1/logdirs`), then read runs, series and alerts. Authenticate with
@@ -42,7 +44,7 @@ logdir (`POST /v1/logdirs`), then read runs, series and alerts. Authenticate wit
 def create_app(settings: Settings) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = open_store(settings.db_url)
+        store = open_store(settings.db_url, Timeouts(settings.db_connect_timeout, settings.db_statement_timeout))
         client = httpx.Client()
         app.state.store = store
         app.state.settings = settings
@@ -64,10 +66,12 @@ def create_app(settings: Settings) -> FastAPI:
 
     app = FastAPI(title="losswatch", version=version("losswatch"), description=DESCRIPTION, lifespan=lifespan,
                   openapi_url=None, docs_url=None, redoc_url=None)  # served by ui.build_docs_router, behind READ
+    app.state.heavy = Slots(settings.max_heavy_requests)
     errors.install(app)
     app.add_exception_handler(errors.ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(BodyTooLarge, _body_too_large)
+    app.add_exception_handler(StarletteHTTPException, _no_route)
     app.add_middleware(EncodedRunNames)
     app.add_middleware(BodyLimit, ingest_bytes=settings.max_body_bytes)
     app.add_middleware(RequestLog)
@@ -85,11 +89,19 @@ async def _api_error(request: Request, e: errors.ApiError):
     """API errors answer JSON; a person's browser asked to sign in is sent to the login page."""
     if e.status == 401 and "text/html" in request.headers.get("accept", "") and not request.url.path.startswith("/v1/"):
         return RedirectResponse(request.url_for("ui_login"), status_code=303)
-    return JSONResponse(errors.error_body(e.code, e.message, e.details), status_code=e.status)
+    return JSONResponse(errors.error_body(e.code, e.message, e.details), status_code=e.status, headers=e.headers)
 
 
 async def _body_too_large(_: Request, e: BodyTooLarge) -> JSONResponse:
     return JSONResponse(errors.error_body("body_too_large", e.detail), status_code=413, headers={"Connection": "close"})
+
+
+async def _no_route(_: Request, e: StarletteHTTPException) -> JSONResponse:
+    """Starlette's own answers (no route matches, wrong method) in the API's error shape."""
+    code, message = {404: ("not_found", "no endpoint matches this URL"), 405: ("method_not_allowed", "this endpoint does not take that method")}.get(
+        e.status_code, ("http_error", str(e.detail))
+    )
+    return JSONResponse(errors.error_body(code, message), status_code=e.status_code, headers=e.headers)
 
 
 async def _invalid_request(_: Request, e: RequestValidationError) -> JSONResponse:

@@ -1,28 +1,38 @@
-"""The service's background work, one loop: scan the watched logdirs that are due (the same
-code as `losswatch scan`), analyse the runs whose analysis was deferred, deliver webhooks."""
+"""The service's background work, two loops side by side so a slow webhook receiver never
+holds up analysis: one scans the watched logdirs that are due (the same code as `losswatch
+scan`) and analyses the runs whose analysis was deferred; the other delivers webhooks.
+
+Each round runs in a thread of its own.  A round that fails (the database is down, say) is
+logged and the loop goes on: the next tick tries again, and the work resumes by itself once
+the database is back.  On shutdown each loop finishes the step it is in (a delivery gives
+back what it claimed and did not send) for up to `STOP_GRACE` seconds."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import threading
 import time
+from collections.abc import Callable
 
 import httpx
+import sqlalchemy as sa
 
-from app.alerts.webhooks import deliver_due
+from app.alerts.webhooks import DeliveryConfig, deliver_due
 from app.ingest.problems import IngestError, Problem
 from app.scan import scan
 from app.service.metrics import Metrics
 from app.service.settings import Settings
 from app.store import logdirs as stored_logdirs
 from app.store import runs as stored_runs
-from app.store.db import Store
+from app.store.db import Store, StoreError, unavailable
 from app.updates import analyze_now
 
 log = logging.getLogger("losswatch.background")
 
 TICK = 1.0  # seconds between rounds when nothing wakes the loop
+STOP_GRACE = 10.0  # seconds a loop may take to finish its step on shutdown
 MAX_PROBLEMS = 20  # a logdir's last_error lists at most this many problems of its last scan
 
 
@@ -39,27 +49,67 @@ def describe(problems: list[Problem]) -> str | None:
 class Background:
     def __init__(self, store: Store, settings: Settings, metrics: Metrics, client: httpx.Client) -> None:
         self.store, self.settings, self.metrics, self.client = store, settings, metrics, client
+        self.delivery = DeliveryConfig(timeout=settings.webhook_timeout, lease=settings.delivery_lease)
         self._wake = asyncio.Event()
         self._loop = asyncio.get_running_loop()
+        self._stopping = threading.Event()
 
     def wake(self) -> None:
-        """Run a round soon (a logdir was just registered); callable from any thread."""
+        """Run an analysis round soon (a logdir was just registered); callable from any thread."""
         self._loop.call_soon_threadsafe(self._wake.set)
 
     async def run(self) -> None:
-        while True:
-            try:
-                await asyncio.to_thread(self.round)
-            except Exception:  # one bad round must not stop the next: logged, with its traceback
-                log.exception("background round failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=TICK)
-            self._wake.clear()
+        """Both loops until cancelled; then let each finish its step (bounded) and return."""
+        wakes = [self._wake, asyncio.Event()]
+        loops = [
+            asyncio.create_task(self._repeat("analysis", self.analysis_round, wakes[0])),
+            asyncio.create_task(self._repeat("delivery", self.delivery_round, wakes[1])),
+        ]
+        try:
+            await asyncio.wait(loops)  # unlike gather, being cancelled leaves the loops running
+        except asyncio.CancelledError:
+            self._stopping.set()
+            for wake in wakes:
+                wake.set()
+            _, late = await asyncio.wait(loops, timeout=STOP_GRACE)
+            for task in late:
+                task.cancel()
+            raise
 
-    def round(self) -> None:
+    async def _repeat(self, name: str, work: Callable[[], None], wake: asyncio.Event) -> None:
+        failing = False
+        while not self._stopping.is_set():
+            failing = await asyncio.to_thread(self._guarded, name, work, failing)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), timeout=TICK)
+            wake.clear()
+
+    def _guarded(self, name: str, work: Callable[[], None], failing: bool) -> bool:
+        """Run one round; returns whether it failed for want of the database.  An outage is
+        logged once when it starts and once when it ends, not every tick; any other failure
+        is logged with its traceback.  Either way the next round comes."""
+        try:
+            work()
+        except (sa.exc.SQLAlchemyError, StoreError) as e:
+            if not unavailable(e):
+                log.exception("background round failed", extra={"loop": name})
+                return False
+            if not failing:
+                log.warning("database unavailable: retrying every tick", extra={"loop": name, "error": _first_line(e)})
+            return True
+        except Exception:  # one bad round must not stop the next: logged, with its traceback
+            log.exception("background round failed", extra={"loop": name})
+            return False
+        if failing:
+            log.info("database available again", extra={"loop": name})
+        return False
+
+    def analysis_round(self) -> None:
         self.poll_logdirs()
         self.analyse_deferred()
-        report = deliver_due(self.store, self.client)
+
+    def delivery_round(self) -> None:
+        report = deliver_due(self.store, self.client, self.delivery, stopping=self._stopping.is_set)
         if report.failed:
             self.metrics.webhook_failures.inc(len(report.failed))
             log.warning("webhook deliveries failed", extra={"failed": report.failed})
@@ -70,6 +120,8 @@ class Background:
             due = stored_logdirs.claim_due(conn, now, self.settings.poll_interval)
             watched = stored_logdirs.list_logdirs(conn) if due else []
         for logdir in due:
+            if self._stopping.is_set():
+                return
             started = time.perf_counter()
             error = self.poll_one(logdir, watched)
             self.metrics.scan_duration.observe(time.perf_counter() - started)
@@ -103,6 +155,13 @@ class Background:
         with self.store.read() as conn:
             waiting = stored_runs.dirty_runs(conn, now - self.settings.analysis_interval)
         for run in waiting:
+            if self._stopping.is_set():
+                return
             applied = analyze_now(self.store, run, self.settings.analysis, self.settings.webhooks, now)
             if applied.error is not None:
                 log.warning("analysis failed", extra={"source": run.source, "run": run.name, "error": applied.error})
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

@@ -3,11 +3,16 @@ its own app).  Alerts by state are counted from the store when scraped."""
 
 from __future__ import annotations
 
+import logging
+
+import sqlalchemy as sa
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 from app.store import alerts as stored_alerts
-from app.store.db import Store
+from app.store.db import Store, StoreError, unavailable
+
+log = logging.getLogger("losswatch.metrics")
 
 
 class Metrics:
@@ -22,16 +27,28 @@ class Metrics:
         self.webhook_failures = Counter(
             "losswatch_webhook_failures", "Webhook deliveries that failed (and will be retried)", registry=self.registry
         )
-        self.registry.register(_AlertCollector(store))
+        self.registry.register(_StoreCollector(store))
 
 
-class _AlertCollector:
+class _StoreCollector:
     def __init__(self, store: Store) -> None:
         self.store = store
 
     def collect(self):
+        up = GaugeMetricFamily("losswatch_database_up", "1 when the database answered this scrape, else 0")
+        try:
+            with self.store.read() as conn:
+                counts = stored_alerts.count_by_state(conn)
+        except (sa.exc.SQLAlchemyError, StoreError) as e:
+            if not unavailable(e):
+                raise
+            log.warning("database unavailable", extra={"error": str(e).strip().splitlines()[0]})
+            up.add_metric([], 0)
+            yield up
+            return
         family = GaugeMetricFamily("losswatch_alerts", "Alerts by state and severity", labels=["state", "severity"])
-        with self.store.read() as conn:
-            for (state, severity), n in sorted(stored_alerts.count_by_state(conn).items()):
-                family.add_metric([state, severity], n)
+        for (state, severity), n in sorted(counts.items()):
+            family.add_metric([state, severity], n)
         yield family
+        up.add_metric([], 1)
+        yield up

@@ -81,6 +81,17 @@ class TagInfo(BaseModel):
     last_step: int
 
 
+class RunHealth(BaseModel):
+    status: str = Field(description="healthy, unstable, diverged, stalled, overfitting or converged")
+    reason: str
+    spikes: int = Field(description="loss spikes found")
+    spikes_per_1k_steps: float | None
+    largest_spike: dict[str, Any] | None = Field(description="tag, step, ratio, peak_value, baseline")
+    steps_above_band: int = Field(description="steps the losses spent above their noise band in spikes")
+    best_eval: dict[str, Any] | None = Field(description="tag, step, value of the lowest eval loss")
+    last_step: int | None
+
+
 class RunSummary(BaseModel):
     source: str = Field(description="'http' for posted runs, else the logdir it was found in")
     name: str
@@ -89,9 +100,14 @@ class RunSummary(BaseModel):
     updated_at: float
     open_alerts: dict[str, int] = Field(description="pending and firing alerts by severity")
     analysis_error: str | None = Field(None, description="why the last analysis of the run failed; null once one succeeds")
+    health: RunHealth | None = Field(None, description="as of the run's last successful analysis; null before it")
     model_config = ConfigDict(json_schema_extra={"example": {
         "source": "http", "name": "gpt-small", "points": 60424, "last_step": 2999, "updated_at": 1764518400.0,
         "open_alerts": {"critical": 1, "warning": 0, "info": 2},
+        "health": {"status": "unstable", "reason": "loss_spike (slow_recovering) on train/loss at step 1202",
+                   "spikes": 1, "spikes_per_1k_steps": 0.333, "steps_above_band": 105, "best_eval": None,
+                   "largest_spike": {"tag": "train/loss", "step": 1202, "ratio": 1.94, "peak_value": 1.671, "baseline": 0.8631},
+                   "last_step": 2999},
     }})
 
 

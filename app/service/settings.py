@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from analyzers.config import AnalysisConfig
+from app.alerts.webhooks import longest_send
 
 HTTP_SOURCE = "http"  # the source of runs posted to the service, beside logdir paths
 
@@ -25,6 +26,7 @@ class Settings(BaseModel):
     allowed_roots: tuple[str, ...] = Field((), description="Directories under which logdirs may be registered.")
     max_body_bytes: int = Field(64 << 20, description="Larger request bodies get 413.")
     max_points_per_request: int = Field(1_000_000, description="More points in one request get 413.")
+    max_heavy_requests: int = Field(2, ge=1, description="Large posts and series reads served at once; more get 503.")
     poll_interval: float = Field(30.0, description="Seconds between scans of each watched logdir.")
     analysis_interval: float = Field(1.0, description="A run is analysed at most this often; busier runs are analysed in the background.")
     webhooks: tuple[str, ...] = Field((), description="Where alert changes are POSTed.")
@@ -34,3 +36,21 @@ class Settings(BaseModel):
         None, description="The URL browsers reach the service at (scheme://host[:port]): the Origin writes must come "
                           "from, and https makes the sign-in cookie Secure.")
     background: bool = Field(True, description="Run the logdir poller, deferred analysis and deliveries.")
+    db_connect_timeout: float = Field(5.0, gt=0, description="Seconds to wait for a database connection.")
+    db_statement_timeout: float = Field(
+        30.0, gt=0, description="Seconds one database statement (lock waits included) may take; past it the request gets 503."
+    )
+    webhook_timeout: float = Field(5.0, gt=0, description="Seconds for each step of a webhook request (connect, send, answer).")
+    delivery_lease: float = Field(
+        120.0, gt=0, description="Seconds a claimed delivery is held; one its process never finished is sent again after it."
+    )
+
+    @model_validator(mode="after")
+    def _lease_outlasts_a_send(self) -> Settings:
+        longest = longest_send(self.webhook_timeout)
+        if self.delivery_lease <= longest:
+            raise ValueError(
+                f"the delivery lease ({self.delivery_lease:g} s) must be longer than sending one delivery may take "
+                f"with a {self.webhook_timeout:g} s webhook timeout ({longest:g} s)"
+            )
+        return self

@@ -3,6 +3,7 @@ charts read the same JSON API as any client, drawn with the bundled uPlot (no CD
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from urllib.parse import parse_qs
 
@@ -22,6 +23,7 @@ from app.store import tokens
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
+_ALERT_ID = re.compile("[0-9a-f]{1,32}")  # what alert ids look like: anything else names no alert
 _ORDER = [Role.LOSS, Role.EVAL_LOSS, Role.GRAD_NORM, Role.LEARNING_RATE, Role.LOSS_SCALE, Role.OTHER]
 
 
@@ -76,6 +78,8 @@ def build_router() -> APIRouter:
 
     @router.get("/alert/{alert_id}", response_class=HTMLResponse, name="ui_alert")
     def alert_page(request: Request, alert_id: str) -> Response:
+        if not _ALERT_ID.fullmatch(alert_id):
+            raise ApiError(404, "not_found", f"no alert {alert_id!r}")
         with store_of(request).read() as conn:
             found = stored_alerts.query_alerts(conn, alert_id=alert_id)
             if not found:

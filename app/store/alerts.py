@@ -4,6 +4,7 @@ still delivers on the next scan)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -59,49 +60,84 @@ def open_alerts(conn: Connection, sources: list[str]) -> list[AlertRecord]:
 @dataclass(frozen=True)
 class Delivery:
     id: int
+    key: str  # the idempotency key: the same for every resend of this delivery
     url: str
     attempts: int
     event: dict  # the change and the alert, as the payload needs them
 
 
 def enqueue(conn: Connection, event_ids: list[int], urls: list[str], now: float) -> None:
-    rows = [{"event_id": e, "url": u, "status": "pending", "attempts": 0, "next_attempt_at": now} for e in event_ids for u in urls]
+    rows = [
+        {"event_id": e, "url": u, "key": uuid.uuid4().hex, "status": "pending", "attempts": 0, "next_attempt_at": now}
+        for e in event_ids
+        for u in urls
+    ]
     if rows:
         conn.execute(deliveries.insert(), rows)
 
 
-def claim_due(conn: Connection, now: float, lease: float) -> list[Delivery]:
-    """Deliveries due now, claimed for `lease` seconds so no other scan sends them too."""
+def claim_due(conn: Connection, due_by: float, lease_until: float, limit: int, claim: str) -> list[Delivery]:
+    """Up to `limit` deliveries due by `due_by`, claimed by `claim` until `lease_until`.  The caller
+    commits the claim before sending: until the lease ends no other process (PostgreSQL:
+    `FOR UPDATE SKIP LOCKED`; SQLite: the write lock) claims them, and only the holder of
+    the claim may record how the sending went.  A claim whose lease ended (its process
+    died, or was too slow) is due again, under the same key."""
     due = (
-        sa.select(deliveries.c.id, deliveries.c.url, deliveries.c.attempts, alert_events, alerts.c.finding)
+        sa.select(deliveries.c.id, deliveries.c.key, deliveries.c.url, deliveries.c.attempts, alert_events, alerts.c.finding)
         .join(alert_events, alert_events.c.id == deliveries.c.event_id)
         .join(alerts, alerts.c.id == alert_events.c.alert_id)
-        .where(deliveries.c.status.in_(("pending", "failed", "sending")), deliveries.c.next_attempt_at <= now)
-        .order_by(deliveries.c.id)
+        .where(deliveries.c.status.in_(("pending", "failed", "sending")), deliveries.c.next_attempt_at <= due_by)
+        .order_by(deliveries.c.next_attempt_at, deliveries.c.id)
+        .limit(limit)
     )
     if conn.dialect.name == "postgresql":
         due = due.with_for_update(of=deliveries, skip_locked=True)
     rows = conn.execute(due).all()
     if rows:
         conn.execute(
-            deliveries.update().where(deliveries.c.id.in_([r.id for r in rows])).values(status="sending", next_attempt_at=now + lease)
+            deliveries.update()
+            .where(deliveries.c.id.in_([r.id for r in rows]))
+            .values(status="sending", claimed_by=claim, next_attempt_at=lease_until)
         )
     return [
-        Delivery(r.id, r.url, r.attempts, {"change": r.change, "state": r.state, "step": r.step, "time": r.time,
-                                           "severity": r.severity, "classification": r.classification,
-                                           "alert": r.finding})
+        Delivery(r.id, r.key, r.url, r.attempts, {"change": r.change, "state": r.state, "step": r.step, "time": r.time,
+                                                  "severity": r.severity, "classification": r.classification,
+                                                  "alert": r.finding})
         for r in rows
     ]
 
 
-def record_attempt(conn: Connection, delivery_id: int, error: str | None, now: float, retry_at: float) -> None:
+def _held(delivery_id: int, claim: str):
+    return sa.and_(deliveries.c.id == delivery_id, deliveries.c.claimed_by == claim, deliveries.c.status == "sending")
+
+
+def renew(conn: Connection, delivery_id: int, claim: str, until: float) -> bool:
+    """Extend the claim's lease to `until`; False when the claim is no longer held (its lease
+    ended and another process claimed the delivery): then it must not be sent."""
+    return conn.execute(deliveries.update().where(_held(delivery_id, claim)).values(next_attempt_at=until)).rowcount == 1
+
+
+def record_attempt(conn: Connection, delivery_id: int, claim: str, error: str | None, now: float, retry_at: float) -> bool:
+    """Record how sending went, if `claim` still holds the delivery; False when it does not
+    (another process took it over, and will record its own outcome)."""
     values = (
         {"status": "delivered", "delivered_at": now, "last_error": None}
         if error is None
         else {"status": "failed", "last_error": error, "next_attempt_at": retry_at}
     )
+    update = deliveries.update().where(_held(delivery_id, claim))
+    return conn.execute(update.values(attempts=deliveries.c.attempts + 1, claimed_by=None, **values)).rowcount == 1
+
+
+def release(conn: Connection, delivery_ids: list[int], claim: str, now: float) -> None:
+    """Give back claimed deliveries not sent (the service is stopping): due again at once."""
+    if not delivery_ids:
+        return
+    status = sa.case((deliveries.c.attempts > 0, "failed"), else_="pending")
     conn.execute(
-        deliveries.update().where(deliveries.c.id == delivery_id).values(attempts=deliveries.c.attempts + 1, **values)
+        deliveries.update()
+        .where(deliveries.c.id.in_(delivery_ids), deliveries.c.claimed_by == claim, deliveries.c.status == "sending")
+        .values(status=status, claimed_by=None, next_attempt_at=now)
     )
 
 

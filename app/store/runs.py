@@ -4,14 +4,14 @@ transaction: points and the offsets they were read up to commit together or not 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from analyzers.series import Resume, TagWrites
+from analyzers.series import Resume, TagWrites, hidden_by_resumes
 from app.ingest.logdir import RunState
 from app.ingest.points import Points
 from app.ingest.restarts import Rollback, SegmentState
@@ -32,6 +32,7 @@ class StoredRun:
     analyzed_at: float | None = None
     analyzed_points: int | None = None
     analysis_error: str | None = None  # why the last analysis failed, if it did
+    health: dict | None = None  # as of the last applied analysis
 
 
 @dataclass(frozen=True)
@@ -269,6 +270,91 @@ def load_tag_writes(conn: Connection, run_id: int, tag: str, from_step: int | No
     )
 
 
+@dataclass(frozen=True)
+class ChunkSpan:
+    """Where one stored chunk of a tag's writes lies, without its data."""
+
+    id: int
+    count: int
+    first_step: int
+    last_step: int
+
+
+def tag_chunks(conn: Connection, run_id: int, tag: str, start: int | None, end: int | None) -> list[ChunkSpan] | None:
+    """The chunks of one tag holding writes in [start, end] (None: unbounded), in write
+    order; None when the run has no such tag."""
+    tag_id = conn.execute(sa.select(tags.c.id).where(tags.c.run_id == run_id, tags.c.name == tag)).scalar()
+    if tag_id is None:
+        return None
+    query = sa.select(chunk_table.c.id, chunk_table.c.count, chunk_table.c.first_step, chunk_table.c.last_step).where(
+        chunk_table.c.tag_id == tag_id
+    )
+    if start is not None:
+        query = query.where(chunk_table.c.last_step >= start)
+    if end is not None:
+        query = query.where(chunk_table.c.first_step <= end)
+    return [ChunkSpan(*row) for row in conn.execute(query.order_by(chunk_table.c.id))]
+
+
+SERIES_BATCH = 8  # chunks fetched per query while walking a tag: a few MB at most
+
+
+def current_points(
+    conn: Connection, spans: list[ChunkSpan], start: int | None, end: int | None, resume_to: Mapping[int, int]
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(step, value) of a tag's current view within [start, end], one chunk at a time,
+    latest write first, each step once: the series of a run of millions of points is
+    never held whole.
+
+    The current view is decided step by step (`analyzers.series`): a write is in it when no
+    later resume hides it and no later unhidden write of its step exists.  Walking the
+    chunks from the latest, a chunk's unhidden steps are remembered only where an earlier
+    chunk's step range reaches them (a rollback or a late write), so an append-only tag
+    remembers nothing."""
+    if not spans:
+        return
+    lows = np.array([s.first_step for s in spans], np.int64)
+    highs = np.array([s.last_step for s in spans], np.int64)
+    earlier_low = np.minimum.accumulate(lows)  # [i]: the lowest step of chunks 0..i
+    earlier_high = np.maximum.accumulate(highs)
+    later: list[np.ndarray] = []  # sorted unhidden steps of later chunks that earlier ones reach
+    for batch_end in range(len(spans), 0, -SERIES_BATCH):
+        batch = range(batch_end - 1, max(batch_end - SERIES_BATCH, 0) - 1, -1)
+        query = sa.select(chunk_table.c.id, chunk_table.c.data).where(chunk_table.c.id.in_([spans[i].id for i in batch]))
+        data = dict(conn.execute(query).all())
+        for i in batch:
+            step, segment, _, value = chunks.unpack(data.pop(spans[i].id), spans[i].count)
+            if start is not None or end is not None:
+                inside = _between(step, start, end)
+                step, segment, value = step[inside], segment[inside], value[inside]
+            shown = ~hidden_by_resumes(step, segment, resume_to)
+            step, value = step[shown], value[shown]
+            if len(step) > 1 and not np.all(step[1:] > step[:-1]):
+                _, last = np.unique(step[::-1], return_index=True)  # the latest write of each step
+                keep = np.sort(len(step) - 1 - last)
+                step, value = step[keep], value[keep]
+            if later and len(step):
+                superseded = np.zeros(len(step), bool)
+                for steps in later:
+                    if steps[0] <= step.max() and steps[-1] >= step.min():
+                        superseded |= np.isin(step, steps)
+                step, value = step[~superseded], value[~superseded]
+            if i > 0:
+                reached = step[(step >= earlier_low[i - 1]) & (step <= earlier_high[i - 1])]
+                if len(reached):
+                    later.append(np.sort(reached))
+            yield step, value
+
+
+def _between(step: np.ndarray, start: int | None, end: int | None) -> np.ndarray:
+    inside = np.ones(len(step), bool)
+    if start is not None:
+        inside &= step >= start
+    if end is not None:
+        inside &= step <= end
+    return inside
+
+
 def rollback_rows(conn: Connection, run_id: int) -> list[dict]:
     query = sa.select(rollbacks).where(rollbacks.c.run_id == run_id).order_by(rollbacks.c.segment)
     return [
@@ -281,7 +367,7 @@ def rollback_rows(conn: Connection, run_id: int) -> list[dict]:
 def _stored(row) -> StoredRun:
     return StoredRun(
         row.id, row.source, row.name, _state(row.state), row.last_step, row.points, row.updated_at,
-        row.analyzed_at, row.analyzed_points, row.analysis_error,
+        row.analyzed_at, row.analyzed_points, row.analysis_error, row.health,
     )
 
 

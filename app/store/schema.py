@@ -35,6 +35,7 @@ runs = Table(
     Column("analyzed_at", Double),
     Column("analyzed_points", BigInteger),  # how many points the last applied analysis saw
     Column("analysis_error", Text),  # why the last analysis failed; null once one succeeds
+    Column("health", JSON),  # the run's health summary as of that analysis
     UniqueConstraint("source", "name", name="uq_runs_source_name"),
 )
 
@@ -133,12 +134,15 @@ deliveries = Table(
     Column("id", Integer, primary_key=True),
     Column("event_id", Integer, ForeignKey("alert_events.id", ondelete="CASCADE"), nullable=False),
     Column("url", Text, nullable=False),
-    Column("status", String(16), nullable=False),  # pending, delivered, failed
+    Column("key", String(32), nullable=False),  # the idempotency key receivers see
+    Column("status", String(16), nullable=False),  # pending, sending (claimed), delivered, failed
+    Column("claimed_by", String(32)),  # the claim that may send it and record the outcome
     Column("attempts", Integer, nullable=False, server_default="0"),
     Column("last_error", Text),
-    Column("next_attempt_at", Double, nullable=False),
+    Column("next_attempt_at", Double, nullable=False),  # when sending: the end of the claim's lease
     Column("delivered_at", Double),
     Index("ix_deliveries_status", "status", "next_attempt_at"),
+    UniqueConstraint("key", name="uq_deliveries_key"),
 )
 
 # Logdirs the service polls; `next_poll_at` lets several processes share them (SKIP LOCKED).

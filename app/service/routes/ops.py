@@ -7,20 +7,34 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from app.service.errors import RETRY_AFTER
 from app.service.models import Health
 from app.service.routes.common import store_of
+from app.store.db import head_revision, schema_revision, unavailable
 
 router = APIRouter(tags=["operations"])
 
 
-@router.get("/healthz", response_model=Health, responses={503: {"model": Health}}, summary="Is the database reachable")
+@router.get("/healthz", response_model=Health, responses={503: {"model": Health}},
+            summary="Is the database reachable, with the schema this losswatch needs")
 def healthz(request: Request) -> Response:
     try:
         with store_of(request).read() as conn:
-            conn.execute(sa.text("SELECT 1"))
-    except sa.exc.SQLAlchemyError:
-        return JSONResponse({"status": "unavailable", "database": "unreachable"}, status_code=503)
+            revision = schema_revision(conn)
+    except sa.exc.SQLAlchemyError as e:
+        if not unavailable(e):
+            raise
+        return _unhealthy("unreachable")
+    if revision is None:
+        return _unhealthy("no losswatch schema: the database is empty (restart `losswatch serve` to create it)")
+    if revision != head_revision():
+        return _unhealthy(f"the schema is at revision {revision}; this losswatch needs {head_revision()}")
     return JSONResponse({"status": "ok", "database": "ok"})
+
+
+def _unhealthy(reason: str) -> JSONResponse:
+    return JSONResponse({"status": "unavailable", "database": reason}, status_code=503,
+                        headers={"Retry-After": str(RETRY_AFTER)})
 
 
 @router.get("/metrics", response_class=Response, summary="Prometheus metrics",

@@ -11,7 +11,7 @@ from urllib.parse import unquote
 from fastapi import Path, Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.service.errors import ApiError
+from app.service.routes.common import checked_name
 
 PREFIX = "/v1/runs/"
 _NAME_KEY = "losswatch.run"  # where EncodedRunNames leaves the name it decoded
@@ -40,12 +40,9 @@ class EncodedRunNames:
 
 def run_name(
     request: Request,
-    run: str = Path(..., min_length=1, max_length=MAX_NAME,
-                    description="The run's name. Send `/` in it as `%2F` to read a run whose name ends in `/series` "
-                                "or `/alerts`."),
+    run: str = Path(..., description="The run's name. Send `/` in it as `%2F` to read a run whose name ends in `/series` "
+                                     "or `/alerts`."),
 ) -> str:
-    """The run a read is about: the decoded one-segment name when the client sent one."""
-    name = request.scope.get(_NAME_KEY, run)
-    if not 1 <= len(name) <= MAX_NAME:
-        raise ApiError(422, "invalid_request", f"a run name has 1 to {MAX_NAME} characters")
-    return name
+    """The run a read is about: the decoded one-segment name when the client sent one,
+    checked as every name in a URL is (`checked_name`)."""
+    return checked_name(request.scope.get(_NAME_KEY, run), "run name", MAX_NAME)

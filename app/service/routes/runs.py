@@ -2,30 +2,36 @@
 
 from __future__ import annotations
 
-import numpy as np
 from fastapi import APIRouter, Depends, Query, Request
 
 from analyzers.roles import infer_role
-from analyzers.series import current_view, resume_steps
-from app.downsample import minmax_indices
+from analyzers.series import resume_steps
+from app.downsample import MinMaxSketch
 from app.ingest.points import json_number
+from app.ingest.textlogs import MAX_NAME, MAX_STEP
 from app.service.auth import READ
 from app.service.errors import ApiError
+from app.service.limits import HEAVY_SERIES_WRITES
 from app.service.models import AlertView, Error, RunDetail, RunSummary, SeriesResponse
 from app.service.routes.alerts import alert_view
-from app.service.routes.common import one_run, store_of
+from app.service.routes.common import checked_name, one_run, store_of, utf8_url
 from app.service.routes.run_names import run_name
 from app.store import alerts as stored_alerts
 from app.store import runs as stored_runs
 
-router = APIRouter(prefix="/v1/runs", tags=["runs"], dependencies=[READ])
+router = APIRouter(prefix="/v1/runs", tags=["runs"], dependencies=[READ, Depends(utf8_url)])
 
 RunName = Depends(run_name)
 Source = Query(None, description="The run's source ('http' or a logdir path) when several runs share its name.")
-_NOT_FOUND = {404: {"model": Error}, 409: {"model": Error}}
+_NOT_FOUND = {
+    400: {"model": Error}, 401: {"model": Error}, 403: {"model": Error}, 404: {"model": Error}, 409: {"model": Error},
+    422: {"model": Error},
+}
+_SERIES_ERRORS = {**_NOT_FOUND, 503: {"model": Error}}
+_AUTH = {401: {"model": Error}, 403: {"model": Error}}
 
 
-@router.get("", response_model=list[RunSummary], summary="Every run, with its open alerts")
+@router.get("", response_model=list[RunSummary], responses=_AUTH, summary="Every run, with its open alerts")
 def list_runs(request: Request) -> list[RunSummary]:
     with store_of(request).read() as conn:
         runs = stored_runs.list_runs(conn)
@@ -33,32 +39,38 @@ def list_runs(request: Request) -> list[RunSummary]:
     return [_summary(r, open_counts.get(r.id, {})) for r in runs]
 
 
-@router.get("/{run:path}/series", response_model=SeriesResponse, responses=_NOT_FOUND, summary="One tag's points, downsampled")
+@router.get("/{run:path}/series", response_model=SeriesResponse, responses=_SERIES_ERRORS, summary="One tag's points, downsampled")
 def series(
     request: Request,
     run: str = RunName,
-    tag: str = Query(..., min_length=1),
-    start: int | None = Query(None, description="First step"),
-    end: int | None = Query(None, description="Last step"),
+    tag: str = Query(..., description="The tag"),
+    start: int | None = Query(None, ge=-MAX_STEP, le=MAX_STEP, description="First step (a zoomed chart may ask from below 0)"),
+    end: int | None = Query(None, ge=-MAX_STEP, le=MAX_STEP, description="Last step"),
     max_points: int = Query(2000, ge=8, le=100_000, description="At most this many points: each stretch keeps its min and max, so spikes survive"),
     source: str | None = Source,
 ) -> SeriesResponse:
-    with store_of(request).read() as conn:
+    """The tag's current view between `start` and `end`, read chunk by chunk and downsampled
+    as it is read (`app.downsample.MinMaxSketch`): a run of millions of points is never held
+    whole.  A read over many stored points is a heavy request (503 when the service is full)."""
+    checked_name(tag, "tag", MAX_NAME)
+    if start is not None and end is not None and start > end:
+        raise ApiError(422, "invalid_request", f"start ({start}) is after end ({end})")
+    with request.app.state.heavy.claim() as claim, store_of(request).read() as conn:
         found = one_run(conn, run, source)
-        writes = stored_runs.load_tag_writes(conn, found.id, tag)
-        resumes = stored_runs.load_resumes(conn, found.id)
-    if writes is None:
-        raise ApiError(404, "not_found", f"run {run!r} has no tag {tag!r}")
-    keep = current_view(np.zeros(len(writes.step), np.int8), writes.step, writes.segment, resume_steps(resumes, tag))
-    step, value = writes.step[keep], writes.value[keep]
-    order = np.argsort(step, kind="stable")
-    step, value = step[order], value[order]
-    inside = (step >= (start if start is not None else step.min(initial=0))) & (step <= (end if end is not None else step.max(initial=0)))
-    step, value = step[inside], value[inside]
-    chosen = minmax_indices(step, value, max_points)
+        spans = stored_runs.tag_chunks(conn, found.id, tag, start, end)
+        if spans is None:
+            raise ApiError(404, "not_found", f"run {run!r} has no tag {tag!r}")
+        if sum(s.count for s in spans) > HEAVY_SERIES_WRITES:
+            claim.take()
+        resume_to = resume_steps(stored_runs.load_resumes(conn, found.id), tag)
+        first, last = min((s.first_step for s in spans), default=0), max((s.last_step for s in spans), default=0)
+        sketch = MinMaxSketch(first if start is None else max(first, start), last if end is None else min(last, end), max_points)
+        for step, value in stored_runs.current_points(conn, spans, start, end, resume_to):
+            sketch.add(step, step, value)
+    _, step, value = sketch.result()
     return SeriesResponse(
-        run=run, tag=tag, total=len(step), downsampled=len(chosen) < len(step),
-        points=[(int(s), json_number(float(v))) for s, v in zip(step[chosen], value[chosen])],
+        run=run, tag=tag, total=sketch.count, downsampled=len(step) < sketch.count,
+        points=[(int(s), json_number(float(v))) for s, v in zip(step, value)],
     )
 
 
@@ -80,13 +92,15 @@ def get_run(request: Request, run: str = RunName, source: str | None = Source) -
     summary = _summary(found, counts)
     return RunDetail(
         **summary.model_dump(),
-        tags=[{"tag": t, "role": infer_role(t).value, "points": n, "first_step": a, "last_step": b} for t, n, a, b in tags],
+        tags=[{"tag": t, "role": infer_role(t, found.name).value, "points": n, "first_step": a, "last_step": b} for t, n, a, b in tags],
         rollbacks=rollbacks,
     )
+
 
 
 def _summary(run, counts: dict[str, int]) -> RunSummary:
     return RunSummary(
         source=run.source, name=run.name, points=run.points, last_step=run.last_step, updated_at=run.updated_at,
         open_alerts={s: counts.get(s, 0) for s in ("critical", "warning", "info")}, analysis_error=run.analysis_error,
+        health=run.health,
     )

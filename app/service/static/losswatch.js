@@ -12,7 +12,7 @@
   };
   const KIND_COLORS = {
     grad_norm_explosion: "rgba(214,39,40,0.3)", divergence: "rgba(148,103,189,0.15)",
-    plateau: "rgba(148,103,189,0.1)", loss_scale_collapse: "rgba(140,86,75,0.15)",
+    plateau: "rgba(148,103,189,0.1)", overfitting: "rgba(255,127,14,0.12)", loss_scale_collapse: "rgba(140,86,75,0.15)",
     nonfinite: "rgba(214,39,40,0.15)", grad_norm_stuck: "rgba(120,120,120,0.15)",
   };
   const runPath = "/v1/runs/" + encodeURIComponent(run);

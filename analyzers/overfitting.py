@@ -1,0 +1,354 @@
+"""Eval losses as first-class series: an eval loss that rises past its best for several
+evaluations, told as overfitting when the train loss keeps falling or stays flat, and as a
+divergence when the train loss rises with it (or, with no train loss to compare, when the
+eval loss rose before it ever improved).
+
+Works on short series (5-50 evaluations, epochs as steps): each evaluation is already an
+average over the eval set, so points are judged one by one, with the noise of an
+evaluation taken from second differences of the last `noise_points` evaluations.
+
+* A rise **opens** at the `patience`-th evaluation in a row above the best so far by at
+  least `min_rise` (3%) and `z` (3) noise sigmas, if the latest of them is not the lowest
+  (a loss coming back down is not rising).  Patience 3 is early stopping's usual setting
+  (Keras and Hugging Face `EarlyStopping(patience=...)`).  Its onset is the best step:
+  where early stopping would have stopped.  Keras IMDB's validation loss (best 0.275 at
+  epoch 4, then 0.285, 0.286, 0.324 ... 0.518 at epoch 19) opens at epoch 7; Marian's
+  back-translation blocks (best 1.323, then +2.5%, +5.6%, +8.3% ...) three evaluations
+  after their +3% crossing.  Marian's first evaluations (1.368, then 1.421, 1.422, 1.413,
+  falling back) and its 0.6% drift over six evaluations stay silent.
+* It **closes** at the first evaluation back within half the margin it opened by; the best
+  is then reset to that evaluation, so the next rise is measured from where the loss came
+  back to.  The margin adds sqrt(2 ln m) noise sigmas for a best that is the lowest of m
+  evaluations (the lowest of m noisy values lies about that far below their level), and
+  the noise comes from the last `noise_points` (64) evaluations (an estimate from 16 swings
+  by 40%); until 10 evaluations give a noise estimate, the `patience` evaluations must rise
+  at every step.  On a flat eval loss of pure noise this leaves one false rise per 2,000
+  evaluations at 1% noise and per 1,000 at 2%, most in the first ten, and none at 0.5%
+  (tests/test_overfitting.py); real eval losses, averages over an eval set, fall steeply
+  over their first evaluations.
+* The train loss level at the best step and at the latest evaluation is the median of the
+  train points logged since the evaluation before it (at most `train_points`): risen by
+  more than `train_tolerance` (2%) and 3 noise sigmas is "rose with it".  Without a train
+  loss (a Keras `validation` run, logged apart from `train`), an eval loss must first have
+  fallen `learned_share` (5%) from its first evaluation to its best to be overfitting: the
+  DeepSpeed GPT-2 fine-tune's validation loss went 4.12 -> 4.115 -> 5.92, a divergence.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from analyzers.baseline import DIFF_MAD_TO_SIGMA
+from analyzers.findings import Finding, Kind, Severity
+from analyzers.series import Series
+from analyzers.stream import StreamState
+from analyzers.trend import BlockState, cut_blocks, empty_blocks
+
+
+@dataclass(frozen=True)
+class OverfittingConfig:
+    patience: int = 3  # evaluations in a row above the best (early stopping's patience)
+    min_rise: float = 0.03  # each at least 3% above the best ...
+    z: float = 3.0  # ... and 3 noise sigmas of an evaluation
+    noise_points: int = 64  # evaluations whose second differences set that noise
+    train_tolerance: float = 0.02  # the train loss "rose with it" by more than 2%
+    train_points: int = 64  # train points in a level: those since the evaluation before
+    learned_share: float = 0.05  # no train loss: fell 5% to its best first, or it is a divergence
+
+
+@dataclass(frozen=True)
+class EvalRiseState(StreamState):
+    points: BlockState  # blocks of one point: the evaluations, with their noise
+    first: float  # the first evaluation
+    best: float  # the best so far (since the last rise closed), and where
+    best_step: int
+    recent: np.ndarray  # the last `patience` evaluations, and their steps
+    recent_step: np.ndarray
+    streak: int  # evaluations in a row above the margin
+    open: bool
+    evals: int  # evaluations since the best
+    pool: int  # evaluations the best is the lowest of (since the start, or the last rise closed)
+    gate: float  # an open rise: the margin it opened by; back within half of it closes it
+    worst: float  # the highest since the best, and where
+    worst_step: int
+    now: float  # the latest evaluation, and where
+    now_step: int
+
+
+_AHEAD = 256  # evaluations looked at a time for the next event
+
+
+class _Rise:
+    """An eval rise's state, changed in place while a feed walks its evaluations."""
+
+    NAMES = ("best", "best_step", "streak", "open", "evals", "pool", "gate", "worst", "worst_step")
+
+    def __init__(self, s: EvalRiseState) -> None:
+        for k in self.NAMES:
+            setattr(self, k, getattr(s, k))
+        self.recent, self.recent_step = s.recent.tolist(), s.recent_step.tolist()
+
+    def fields(self, patience: int) -> dict:
+        return {**{k: getattr(self, k) for k in self.NAMES}, "recent": np.array(self.recent[-patience:], float),
+                "recent_step": np.array(self.recent_step[-patience:], np.int64)}
+
+
+class EvalRiseDetector:
+    """An eval loss risen past its best; `judge` tells overfitting from divergence."""
+
+    def __init__(self, config: OverfittingConfig = OverfittingConfig()) -> None:
+        self.config = config
+
+    def start(self) -> EvalRiseState:
+        nan = math.nan
+        none = np.zeros(0, np.int64)
+        return EvalRiseState(empty_blocks(), nan, math.inf, -1, np.zeros(0), none, 0, False, 0, 0, nan, nan, -1, nan, -1)
+
+    def detect(self, series: Series) -> list[Finding]:
+        _, closed, still_open = self.feed(self.start(), series.step, series.value, series.tag)
+        return closed + still_open
+
+    def feed(
+        self, state: EvalRiseState, step: np.ndarray, value: np.ndarray, tag: str = ""
+    ) -> tuple[EvalRiseState, list[Finding], list[Finding]]:
+        c = self.config
+        points, new = cut_blocks(state.points, step, value, 1, c.noise_points, points=False)
+        v, at, sigma = new.level, new.step, new.sigma
+        n = len(v)
+        s = replace(state, points=points)
+        if not n:
+            return s, [], self._open(s, tag)
+        if math.isnan(s.first):
+            s = replace(s, first=float(v[0]))
+        x = _Rise(s)
+        closed: list[Finding] = []
+        j = 0
+        # Evaluations are walked by events: quiet stretches and stretches still risen are
+        # taken whole, with array operations; only a streak building up goes point by point.
+        while j < n:
+            if not x.open and x.streak == 0:
+                j = self._quiet(x, v, at, sigma, j)
+            elif x.open:
+                j = self._risen(x, s, v, at, sigma, j, tag, closed)
+            else:
+                self._streak_step(x, float(v[j]), int(at[j]), float(sigma[j]))
+                j += 1
+        s = replace(s, **x.fields(c.patience), now=float(v[-1]), now_step=int(at[-1]))
+        return s, closed, self._open(s, tag)
+
+    def _margin(self, best: np.ndarray | float, sigma: np.ndarray | float, pool: np.ndarray | int):
+        """How far above the best an evaluation must be.  The lowest of m noisy evaluations
+        lies about sqrt(2 ln m) sigmas below their level, so that much is added to the z
+        sigmas: on a flat eval loss of pure noise, three evaluations in a row that far above
+        the best are rare, where z sigmas above it are crossed every few dozen."""
+        c = self.config
+        bias = np.sqrt(2 * np.log(np.maximum(np.asarray(pool, float), 1.0)))
+        return np.maximum(c.min_rise * np.abs(best), (c.z + bias) * np.asarray(sigma))
+
+    def _quiet(self, x: _Rise, v: np.ndarray, at: np.ndarray, sigma: np.ndarray, j: int) -> int:
+        """New bests and evaluations within the margin, up to the next one above it (looked
+        for a bounded stretch at a time, so a long noisy series costs O(n))."""
+        end = min(len(v), j + _AHEAD)
+        lows = np.minimum.accumulate(np.concatenate([[x.best], v[j:end]]))
+        before = lows[:-1]  # the best before each evaluation
+        is_new = v[j:end] < before
+        pool = x.pool + 1 + np.arange(end - j)
+        with np.errstate(invalid="ignore"):
+            up = np.flatnonzero(~is_new & np.isfinite(before) & (v[j:end] >= before + self._margin(before, sigma[j:end], pool)))
+        k = int(up[0]) if len(up) else end - j
+        if k:
+            better = np.flatnonzero(is_new[:k])
+            if len(better):
+                last = j + int(better[-1])
+                x.best, x.best_step, x.evals = float(v[last]), int(at[last]), j + k - 1 - last
+            else:
+                x.evals += k
+            x.pool += k
+            self._remember(x, v[j : j + k], at[j : j + k])
+        if k < end - j:
+            self._streak_step(x, float(v[j + k]), int(at[j + k]), float(sigma[j + k]))
+            k += 1
+        return j + k
+
+    def _risen(
+        self, x: _Rise, s: EvalRiseState, v: np.ndarray, at: np.ndarray, sigma: np.ndarray, j: int, tag: str,
+        closed: list[Finding],
+    ) -> int:
+        """An open rise: evaluations up to the first back within half the margin, which closes it."""
+        end = min(len(v), j + _AHEAD)
+        back = np.flatnonzero(v[j:end] <= x.best + x.gate / 2)
+        k = int(back[0]) if len(back) else end - j
+        if k:
+            top = j + int(np.argmax(v[j : j + k]))
+            if v[top] > x.worst:
+                x.worst, x.worst_step = float(v[top]), int(at[top])
+            x.evals += k
+            x.pool += k
+            self._remember(x, v[j : j + k], at[j : j + k])
+        if k == end - j:
+            return end
+        i = j + k
+        self._remember(x, v[i : i + 1], at[i : i + 1])
+        over = replace(s, **x.fields(self.config.patience), now=float(v[i]), now_step=int(at[i]))
+        closed.append(self._finding(over, tag, end=int(at[i])))
+        x.open, x.evals, x.pool, x.streak, x.best, x.best_step, x.worst, x.worst_step = False, 0, 1, 0, float(v[i]), int(at[i]), math.nan, -1
+        x.gate = math.nan
+        return i + 1
+
+    def _remember(self, x: _Rise, v: np.ndarray, at: np.ndarray) -> None:
+        p = self.config.patience
+        x.recent = (x.recent + v[-p:].tolist())[-p:]
+        x.recent_step = (x.recent_step + at[-p:].tolist())[-p:]
+
+    def _streak_step(self, x: _Rise, v: float, at: int, sigma: float) -> None:
+        """One evaluation while a streak above the margin may be building."""
+        c = self.config
+        self._remember(x, np.array([v]), np.array([at]))
+        x.evals += 1
+        x.pool += 1
+        if v < x.best:
+            x.best, x.best_step, x.streak, x.evals = v, at, 0, 0
+            return
+        margin = float(self._margin(x.best, sigma, x.pool)) if math.isfinite(x.best) else math.inf
+        if v < x.best + margin:
+            x.streak = 0
+            return
+        x.streak += 1
+        if x.streak < c.patience or (v <= min(x.recent) and len(x.recent) > 1):
+            return  # not yet, or coming back down
+        if sigma == 0 and any(b <= a for a, b in zip(x.recent, x.recent[1:])):
+            return  # noise not known yet (under 10 evaluations): only a rise at every step counts
+        worst = int(np.argmax(x.recent))
+        x.streak, x.open, x.gate, x.worst, x.worst_step = 0, True, margin, float(x.recent[worst]), int(x.recent_step[worst])
+
+    def _open(self, s: EvalRiseState, tag: str) -> list[Finding]:
+        return [self._finding(s, tag, end=None)] if s.open else []
+
+    def _finding(self, s: EvalRiseState, tag: str, end: int | None) -> Finding:
+        rise = (s.worst - s.best) / abs(s.best) if s.best else math.inf
+        return Finding(
+            kind=Kind.OVERFITTING,
+            tag=tag,
+            severity=Severity.WARNING,
+            start_step=s.best_step,
+            peak_step=s.worst_step,
+            end_step=end,
+            peak_value=s.worst,
+            baseline=s.best,
+            ratio=s.worst / s.best if s.best > 0 else None,
+            ongoing=end is None,
+            message="",  # said by `judge`, which knows the train loss
+            remediation="",
+            evidence={
+                "best_step": s.best_step, "best": s.best, "now": s.now, "now_step": s.now_step, "worst": s.worst,
+                "rise": rise, "evaluations": s.evals, "first": s.first,
+            },
+        )
+
+
+# -- judging a rise against the train loss ---------------------------------------------------
+
+_EVAL_WORD = re.compile(r"(eval|validation|valid|val|test|dev)", re.IGNORECASE)
+
+
+def train_counterpart(eval_tag: str, losses: list[Series]) -> Series | None:
+    """The train loss an eval loss is compared with: the one named like it (`val/loss` ->
+    `train/loss`, `eval_loss` -> `loss`), else the first."""
+    if not losses:
+        return None
+    by_name = {s.tag: s for s in losses}
+    for guess in (_EVAL_WORD.sub("train", eval_tag, count=1), _EVAL_WORD.sub("", eval_tag, count=1).strip("/_- ")):
+        if guess in by_name:
+            return by_name[guess]
+    return sorted(losses, key=lambda s: s.tag)[0]
+
+
+def judge(rise: Finding, eval_series: Series, train: Series | None, config: OverfittingConfig) -> Finding:
+    """Overfitting or divergence, with the message and what to do, from the train loss over
+    the same steps."""
+    e = rise.evidence
+    best, best_step = e["best"], rise.start_step
+    # the train loss over the rise itself: to the latest evaluation, or to the highest of a
+    # rise that is over (after it, a data switch may move both)
+    upto = e["now_step"] if rise.ongoing else rise.peak_step
+    shown = e["now"] if rise.ongoing else rise.peak_value
+    size = f"{best:.4g} -> {shown:.4g}" + (f" ({(shown - best) / abs(best):+.1%})" if best else "")
+    evals = f"{e['evaluations']} evaluation{'s' if e['evaluations'] != 1 else ''}"
+    head = (
+        f"{rise.tag} has risen for {evals} since its best at step {best_step}: {size}"
+        if rise.ongoing
+        else f"{rise.tag} rose after its best at step {best_step}: {size}, back by step {rise.end_step} ({evals})"
+    )
+    change = _train_change(train, eval_series.fstep, best_step, upto, config) if train is not None else None
+    if change is not None:
+        t0, t1, moved = change
+        if moved == "rose":
+            return _divergence(rise, f"{head}, and {train.tag} rose with it: {t0:.4g} -> {t1:.4g}", {"train_then": t0, "train_now": t1})
+        clause = f"while {train.tag} fell {t0:.4g} -> {t1:.4g}" if moved == "fell" else f"while {train.tag} stayed flat ({t0:.4g} -> {t1:.4g})"
+        return _overfitting(rise, f"{head} {clause}", {"train_then": t0, "train_now": t1, "train": moved})
+    first = e["first"]
+    fell = (first - best) / abs(first) if first else 0.0
+    if fell < config.learned_share:
+        return _divergence(rise, f"{head}, before it ever improved much (it fell {fell:.1%} from {first:.4g} first)", {"fell_before": fell})
+    return _overfitting(rise, f"{head}; no train loss in this run to compare", {"fell_before": fell})
+
+
+def _overfitting(rise: Finding, text: str, evidence: dict) -> Finding:
+    best_step = rise.start_step
+    return replace(
+        rise,
+        kind=Kind.OVERFITTING,
+        severity=Severity.WARNING if rise.ongoing else Severity.INFO,
+        message=f"{text} (overfitting{'' if rise.ongoing else ', over'})",
+        remediation=(
+            f"Early stopping would have stopped at step {best_step} (eval loss {rise.baseline:.4g}): keep that "
+            "checkpoint. To train further, regularise (dropout, weight decay, data augmentation), add data, lower "
+            "the learning rate or shrink the model, and check that the eval set comes from the training data's "
+            "distribution."
+        ),
+        evidence={**rise.evidence, **evidence},
+    )
+
+
+def _divergence(rise: Finding, text: str, evidence: dict) -> Finding:
+    best_step = rise.start_step
+    return replace(
+        rise,
+        kind=Kind.DIVERGENCE,
+        severity=Severity.CRITICAL if rise.ongoing else Severity.WARNING,
+        message=f"{text} (divergence{'' if rise.ongoing else ', over'})",
+        remediation=(
+            f"Roll back to a checkpoint from before step {best_step} and change the recipe, not just the seed: "
+            "lower the learning rate, check the init std, use bf16 rather than fp16, and the data at that point."
+        ),
+        evidence={**rise.evidence, **evidence},
+    )
+
+
+def _train_change(
+    train: Series, eval_steps: np.ndarray, best_step: int, upto: int, config: OverfittingConfig
+) -> tuple[float, float, str] | None:
+    """The train loss level at the best step and at `upto` (the median of the train points
+    logged since the evaluation before each, at most `train_points`), and whether it fell,
+    stayed flat or rose between them."""
+    s, v = train.fstep, train.fvalue
+    levels = []
+    for at in (best_step, upto):
+        b = int(np.searchsorted(s, at, side="right"))
+        if b == 0:
+            return None
+        i = int(np.searchsorted(eval_steps, at))  # this evaluation; the one before it, if any
+        since = int(np.searchsorted(s, eval_steps[i - 1], side="right")) if i > 0 else 0
+        levels.append(v[max(since, b - config.train_points, 0) : b] if since < b else v[b - 1 : b])
+    then, now = levels
+    t0, t1 = float(np.median(then)), float(np.median(now))
+    recent = v[max(0, b - 4 * config.train_points) : b]
+    point = float(np.median(np.abs(np.diff(recent)))) * DIFF_MAD_TO_SIGMA if len(recent) > 2 else 0.0
+    sigma = point * 1.2533 * math.sqrt(1 / len(then) + 1 / len(now))
+    tolerance = max(config.train_tolerance * abs(t0), 3 * sigma)
+    moved = "rose" if t1 - t0 > tolerance else "fell" if t0 - t1 > tolerance else "flat"
+    return t0, t1, moved

@@ -1,0 +1,175 @@
+"""Divergence and plateaus on curves whose truth is known, and the healthy curves where they
+must stay silent: a plateau only when a loss is not learning for a reason to fix, never
+because a run learned and flattened."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analyzers.analyze import analyze_run
+from analyzers.findings import Kind, Severity
+from analyzers.series import TagWrites, prepare_run
+from tests.curves import chance_curve, clean_curve, eval_corpus, labelled_corpus, score
+
+
+def run(tags: dict[str, np.ndarray], steps: np.ndarray | None = None, name: str = ""):
+    n = len(next(iter(tags.values())))
+    steps = np.arange(n, dtype=np.int64) if steps is None else steps
+    zero = np.zeros(n, np.int32)
+    return prepare_run({t: TagWrites(steps, np.asarray(v, float), zero) for t, v in tags.items()}, run=name)
+
+
+def kinds(findings, kind: Kind):
+    return [f for f in findings if f.kind is kind]
+
+
+def learned(n: int, seed: int = 0, noise: float = 0.02) -> np.ndarray:
+    """A loss that falls and flattens."""
+    steps = np.arange(n)
+    return (1.8 + 4 * np.exp(-steps / (n / 10))) * (1 + noise * np.random.default_rng(seed).standard_normal(n))
+
+
+# -- divergence ------------------------------------------------------------------------------
+
+
+def test_a_rise_that_came_back_is_a_divergence_that_is_over():
+    loss = learned(6000)
+    bump = np.clip(1 - np.abs(np.arange(6000) - 3600) / 600, 0, None)  # up over 600 steps, down over 600
+    loss *= 1 + 0.5 * bump
+    [f] = kinds(analyze_run(run({"train/loss": loss})), Kind.DIVERGENCE)
+    assert (f.severity, f.ongoing) == (Severity.WARNING, False)
+    assert 2950 <= f.start_step <= 3250 and 3900 <= f.end_step <= 4300
+    assert f.message == (
+        f"train/loss rose from step {f.start_step}: its trend went {f.baseline:.4g} -> {f.peak_value:.4g}, "
+        f"and was back by step {f.end_step} (divergence, over)"
+    )
+
+
+def test_divergence_onset_is_where_the_loss_left_its_floor_not_the_noisiest_low():
+    steps = np.arange(5000)
+    loss = np.where(steps < 3000, 2.0, 2.0 * (1 + (steps - 3000) / 2000)) * (1 + 0.02 * np.random.default_rng(1).standard_normal(5000))
+    [f] = kinds(analyze_run(run({"train/loss": loss})), Kind.DIVERGENCE)
+    assert 3000 <= f.start_step <= 3150 and f.ongoing and f.severity is Severity.CRITICAL
+    assert f.message.endswith("and keeps climbing (divergence)")
+
+
+def test_constant_zero_and_negative_losses_do_not_diverge():
+    assert kinds(analyze_run(run({"train/loss": np.zeros(2000)})), Kind.DIVERGENCE) == []
+    falling = -np.linspace(1, 5, 2000)  # an ELBO-like loss going more negative is improving
+    assert kinds(analyze_run(run({"train/loss": falling})), Kind.DIVERGENCE) == []
+
+
+# -- plateaus: only when there is something to do ----------------------------------------------
+
+
+def test_the_clean_sample_run_that_converged_raises_no_plateau():
+    from app.analysis import analyze
+    from app.ingest.sources import read_path
+    from tests.conftest import REPO
+
+    [clean] = read_path(str(REPO / "sample_runs" / "clean")).runs.values()
+    assert [a.finding for a in analyze("s", clean) if a.finding.kind is Kind.PLATEAU] == []
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "step", "constant"])
+def test_a_run_that_learned_and_flattened_is_no_plateau(schedule):
+    curve = clean_curve(11, points=6000, schedule=schedule)
+    assert kinds(curve.findings(), Kind.PLATEAU) == []
+
+
+def test_a_step_schedules_last_stage_at_one_percent_is_no_stalled_schedule():
+    n = 6000
+    lr = 0.1 * np.select([np.arange(n) < 2000, np.arange(n) < 4000], [1.0, 0.1], 0.01)
+    loss = learned(n, seed=2)
+    findings = analyze_run(run({"train/loss": loss, "train/lr": lr}))
+    assert [f for f in findings if f.severity >= Severity.WARNING] == []
+
+
+def test_a_cosine_decayed_to_exactly_zero_with_a_long_tail_is_no_plateau():
+    n = 200_000
+    lr = 3e-4 * 0.5 * (1 + np.cos(np.pi * np.arange(n) / (n - 1)))
+    findings = analyze_run(run({"train/loss": learned(n, seed=3), "train/lr": lr}))
+    assert kinds(findings, Kind.PLATEAU) == []
+
+
+def test_an_lr_at_zero_from_the_start_and_a_loss_that_never_moved_are_one_plateau():
+    n = 3000
+    loss = 2.3 * (1 + 0.01 * np.random.default_rng(4).standard_normal(n))
+    [f] = kinds(analyze_run(run({"train/loss": loss, "train/lr": np.zeros(n)})), Kind.PLATEAU)
+    assert (f.start_step, f.severity, f.ongoing) == (0, Severity.WARNING, True)
+    assert f.evidence["reason"] == "lr_zero" and f.evidence["also"] == ["chance_level"]
+    assert f.message == (
+        "train/loss is not learning: train/lr has been 0 since step 0 (its level: 2.299 then, 2.3 now); "
+        "it has stayed at its initial level 2.298 since step 0 (2999 steps): chance level for 10 classes (ln 10 = 2.303)"
+    )
+    assert "scheduler" in f.remediation and "labels match the inputs" in f.remediation
+
+
+def test_an_lr_that_comes_back_closes_its_plateau():
+    n = 6000
+    loss = learned(n, seed=5)
+    loss[2000:4000] = loss[2000] * (1 + 0.02 * np.random.default_rng(6).standard_normal(2000))
+    lr = np.where((np.arange(n) >= 2000) & (np.arange(n) < 4000), 0.0, 1e-3)
+    [f] = kinds(analyze_run(run({"train/loss": loss, "train/lr": lr})), Kind.PLATEAU)
+    assert (f.start_step, f.end_step, f.ongoing) == (2000, 4000, False)
+    assert f.message.startswith("train/loss was not learning until step 4000: train/lr has been 0 (its peak was 0.001) since step 2000")
+
+
+def test_an_lr_that_is_zero_while_the_loss_still_falls_is_not_quoted_as_a_plateau():
+    n = 4000
+    lr = np.where(np.arange(n) < 1000, 1e-3, 0.0)  # logged wrong: the loss keeps falling
+    assert kinds(analyze_run(run({"train/loss": learned(n, seed=7, noise=0.005), "train/lr": lr})), Kind.PLATEAU) == []
+
+
+def test_a_grad_norm_stuck_at_zero_stops_the_loss():
+    n = 3000
+    loss = learned(n, seed=8)
+    loss[1000:] = loss[1000] * (1 + 0.02 * np.random.default_rng(9).standard_normal(n - 1000))
+    grad = np.where(np.arange(n) < 1000, 0.5 + 0.05 * np.random.default_rng(10).standard_normal(n), 0.0)
+    findings = analyze_run(run({"train/loss": loss, "train/grad_norm": grad}))
+    [f] = kinds(findings, Kind.PLATEAU)
+    assert (f.tag, f.start_step, f.evidence["reason"]) == ("train/loss", 1000, "grad_norm_zero")
+    assert f.message.startswith("train/loss is not learning: train/grad_norm has been 0 since step 1000 (its level: ")
+    assert "requires grad" in f.remediation or "require grad" in f.remediation
+    assert [s.start_step for s in kinds(findings, Kind.GRAD_NORM_STUCK)] == [1000]
+
+
+def test_a_model_at_chance_level_is_told_so_on_its_train_and_eval_loss():
+    curve = chance_curve(12, 4, points=1500)
+    plateaus = {f.tag: f for f in kinds(curve.findings(), Kind.PLATEAU)}
+    assert set(plateaus) == {"train/loss", "eval/loss"}
+    ev = plateaus["eval/loss"]
+    first, last = (int(s) for s in curve.evals["eval/loss"][0][[0, -1]])
+    assert ev.message == (
+        f"eval/loss is not learning: it has stayed at its initial level 1.386 since step {first} "
+        f"({last - first} steps): chance level for 4 classes (ln 4 = 1.386)"
+    )
+    assert ev.evidence["chance_classes"] == 4
+
+
+def test_a_flat_loss_that_is_not_at_chance_needs_the_longer_window():
+    loss = 2.9 * (1 + 0.01 * np.random.default_rng(13).standard_normal(6000))
+    [f] = kinds(analyze_run(run({"train/loss": loss})), Kind.PLATEAU)
+    assert f.start_step == 0 and f.evidence["reason"] == "initial_level"
+    assert kinds(analyze_run(run({"train/loss": loss[:3000]})), Kind.PLATEAU) == []  # under 4000 steps: not yet
+
+
+def test_a_loss_waiting_for_its_lr_to_warm_up_is_not_stuck():
+    n = 2000
+    lr = 3e-4 * np.minimum(1, np.arange(1, n + 1) / 1500)  # a long warm-up
+    loss = 6.9 * (1 + 0.005 * np.random.default_rng(14).standard_normal(n))  # at ln 1000 ...
+    loss[1200:] *= np.exp(-np.arange(n - 1200) / 300)  # ... until the LR is up
+    findings = analyze_run(run({"train/loss": loss, "train/lr": lr}))
+    assert kinds(findings, Kind.PLATEAU) == []
+    flat = analyze_run(run({"train/loss": 6.9 * (1 + 0.005 * np.random.default_rng(15).standard_normal(n)),
+                            "train/lr": np.minimum(lr, 1e-4)}))  # warmed up by step 666, still at chance
+    assert [f.evidence["reason"] for f in kinds(flat, Kind.PLATEAU)] == ["chance_level"]
+
+
+def test_generated_plateaus_are_found_and_clean_runs_stay_silent():
+    scores, loud = score(eval_corpus() + labelled_corpus()[::2])
+    plateau = scores[Kind.PLATEAU]
+    assert plateau.precision == 1.0, plateau.false_alarms
+    assert plateau.recall >= 0.95, plateau.misses
+    assert loud == []
