@@ -304,8 +304,8 @@ class LossSpikeDetector:
         c = self.config
         i = w.at(onset)
         s = w.step
-        gaps = np.diff(s[max(0, i - c.baseline.window) : i + 1])
-        interval = max(1, int(np.median(gaps))) if len(gaps) else 1
+        gaps = np.sort(np.diff(s[max(0, i - c.baseline.window) : i + 1]))  # the median gap: the logging interval
+        interval = max(1, int((gaps[(len(gaps) - 1) // 2] + gaps[len(gaps) // 2]) / 2)) if len(gaps) else 1
         age = int(s[i]) - (first_step if first_step is not None else int(s[i]))
         level, sigma = float(base.level[i]), float(base.sigma[i])
         width = max(1, min(c.recovery_window, c.recovery_window // interval))
