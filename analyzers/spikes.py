@@ -65,7 +65,7 @@ most `MAX_FOLLOWED`), whatever the run's length.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import bottleneck as bn
@@ -338,6 +338,8 @@ class LossSpikeDetector:
         if spike.confirmed is None and o + n <= len(w.value):
             spike = _evolve(spike, confirmed=bool(np.all(w.value[o : o + n] > spike.band)))
         spike = self._search(spike, w)
+        if spike.recovered and spike.end_step is not None and spike.end_step - spike.onset_step <= spike.fast:
+            return spike  # back within the fast horizon: nothing a live run is told changes its class
         return self._live_calls(spike, w, w.at(spike.end) if spike.end is not None else len(w.value) - 1)
 
     def _search(self, spike: Followed, w: _Window) -> Followed:
@@ -486,7 +488,7 @@ class LossSpikeDetector:
             kind = SpikeClass.DIVERGENT if why else SpikeClass.PENDING
         severity = Severity.CRITICAL if kind is SpikeClass.PENDING and spike.critical else _SEVERITY[kind]
         ratio = spike.peak_value / spike.level if spike.level > 0 else None
-        finding = Finding(
+        return Finding(
             kind=Kind.LOSS_SPIKE,
             tag=tag,
             severity=severity,
@@ -499,7 +501,7 @@ class LossSpikeDetector:
             ratio=ratio,
             classification=kind,
             ongoing=not spike.recovered,
-            message="",
+            message=_message(tag, spike, kind, ratio, recovery, why),
             remediation=_remediation(kind, spike.onset_step),
             evidence={
                 "sigma": spike.sigma,
@@ -514,7 +516,6 @@ class LossSpikeDetector:
                 **({"outcome": why} if why else {}),
             },
         )
-        return replace(finding, message=_message(finding, why))
 
 
 def _evolve(spike: Followed, **changes: Any) -> Followed:
@@ -559,15 +560,15 @@ def _excess(spike: Followed, w: _Window, a: int, upto: int) -> tuple[float, int,
     return area, a + k, float(part[k])
 
 
-def _message(f: Finding, why: str) -> str:
-    level, peak = f.baseline or 0.0, f.peak_value or 0.0
-    size = f"{f.ratio:.2g}x baseline" if f.ratio is not None else f"{peak - level:+.3g} over baseline"
-    head = f"{f.tag} spiked at step {f.start_step}: {level:.4g} -> {peak:.4g} ({size})"
-    if f.classification is SpikeClass.FAST_RECOVERING:
-        return f"{head}, back in {f.recovery_steps} steps (fast-recovering)"
-    if f.classification is SpikeClass.SLOW_RECOVERING:
-        return f"{head}, back only after {f.recovery_steps} steps (slow-recovering)"
-    if f.classification is SpikeClass.DIVERGENT:
+def _message(tag: str, spike: Followed, kind: SpikeClass, ratio: float | None, recovery: int | None, why: str) -> str:
+    level, peak = spike.level, spike.peak_value
+    size = f"{ratio:.2g}x baseline" if ratio is not None else f"{peak - level:+.3g} over baseline"
+    head = f"{tag} spiked at step {spike.onset_step}: {level:.4g} -> {peak:.4g} ({size})"
+    if kind is SpikeClass.FAST_RECOVERING:
+        return f"{head}, back in {recovery} steps (fast-recovering)"
+    if kind is SpikeClass.SLOW_RECOVERING:
+        return f"{head}, back only after {recovery} steps (slow-recovering)"
+    if kind is SpikeClass.DIVERGENT:
         return f"{head} and did not recover: {why} (divergent)"
     return f"{head}; not back yet (pending)"
 
