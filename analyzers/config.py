@@ -12,6 +12,7 @@ from typing import Any
 
 from analyzers.gradnorm import GradNormConfig
 from analyzers.lossscale import LossScaleConfig
+from analyzers.nonfinite import NonFiniteConfig
 from analyzers.restarts import RestartConfig
 from analyzers.roles import Role
 from analyzers.spikes import SpikeConfig
@@ -27,6 +28,7 @@ class AnalysisConfig:
     spikes: SpikeConfig = SpikeConfig()
     grad_norm: GradNormConfig = GradNormConfig()
     loss_scale: LossScaleConfig = LossScaleConfig()
+    nonfinite: NonFiniteConfig = NonFiniteConfig()
     trend: TrendConfig = TrendConfig()
     restarts: RestartConfig = RestartConfig()
     incident_steps: int = 20  # a grad-norm explosion leads the loss spike it causes by at most this
