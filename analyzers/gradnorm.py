@@ -38,7 +38,6 @@ import bottleneck as bn
 import numpy as np
 
 from analyzers.findings import Finding, Kind, Severity
-from analyzers.roles import Role
 from analyzers.series import Series
 from analyzers.stream import StreamState, detect_at_once, finite_points, run_lengths
 
@@ -92,7 +91,6 @@ class StuckState(StreamState):
 
 @dataclass(frozen=True)
 class GradNormState(StreamState):
-    tag: str
     explosions: ExplosionState
     stuck: StuckState
 
@@ -102,24 +100,25 @@ class GradNormDetector:
         self.config = config
 
     def detect(self, series: Series) -> list[Finding]:
-        return detect_at_once(self, series)
+        return detect_at_once(self, series.step, series.value, series.tag)
 
-    def start(self, tag: str, role: Role = Role.GRAD_NORM) -> GradNormState:
+    def start(self) -> GradNormState:
         return GradNormState(
-            tag=tag,
             explosions=ExplosionState(tail=np.zeros(0), frozen=None, stretch=0, calm_run=0, open=None),
             stuck=StuckState(value=None, start_step=0, last_step=0, points=0),
         )
 
-    def feed(self, state: GradNormState, step: np.ndarray, value: np.ndarray) -> tuple[GradNormState, list[Finding], list[Finding]]:
-        x, t = finite_points(step, value)
+    def feed(
+        self, state: GradNormState, step: np.ndarray, value: np.ndarray, tag: str = ""
+    ) -> tuple[GradNormState, list[Finding], list[Finding]]:
+        t, x = finite_points(step, value)
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
             explosions, closed = self._explosions(state.explosions, x, t)
-        stuck, done, ongoing = self._stuck(state.tag, state.stuck, x, t)
+        stuck, done, ongoing = self._stuck(tag, state.stuck, x, t)
         opened = [explosions.open] if explosions.open else []
-        findings_open = [self._explosion_finding(state.tag, e, ongoing=True) for e in opened] + ongoing
-        findings_closed = [self._explosion_finding(state.tag, e, ongoing=False) for e in closed] + done
-        return GradNormState(state.tag, explosions, stuck), findings_closed, findings_open
+        findings_open = [self._explosion_finding(tag, e, ongoing=True) for e in opened] + ongoing
+        findings_closed = [self._explosion_finding(tag, e, ongoing=False) for e in closed] + done
+        return GradNormState(explosions, stuck), findings_closed, findings_open
 
     # -- explosions --------------------------------------------------------------------
 

@@ -28,7 +28,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from analyzers.findings import Finding, Kind, Severity
-from analyzers.roles import Role
 from analyzers.series import Series
 from analyzers.stream import StreamState, detect_at_once, finite_points, run_lengths
 
@@ -54,7 +53,6 @@ class Collapse(StreamState):
 
 @dataclass(frozen=True)
 class LossScaleState(StreamState):
-    tag: str
     prev: float | None  # the last finite value
     calibrating: bool  # no point has held or grown yet
     peak: float | None  # the running peak since calibration
@@ -70,17 +68,19 @@ class LossScaleDetector:
         self.config = config
 
     def detect(self, series: Series) -> list[Finding]:
-        return detect_at_once(self, series)
+        return detect_at_once(self, series.step, series.value, series.tag)
 
-    def start(self, tag: str, role: Role = Role.LOSS_SCALE) -> LossScaleState:
+    def start(self) -> LossScaleState:
         return LossScaleState(
-            tag=tag, prev=None, calibrating=True, peak=None, biggest=None, left_step=None, drops=0, floor_run=0, open=None
+            prev=None, calibrating=True, peak=None, biggest=None, left_step=None, drops=0, floor_run=0, open=None
         )
 
-    def feed(self, state: LossScaleState, step: np.ndarray, value: np.ndarray) -> tuple[LossScaleState, list[Finding], list[Finding]]:
-        x, t = finite_points(step, value)
+    def feed(
+        self, state: LossScaleState, step: np.ndarray, value: np.ndarray, tag: str = ""
+    ) -> tuple[LossScaleState, list[Finding], list[Finding]]:
+        t, x = finite_points(step, value)
         if not len(x):
-            return state, [], [self._finding(state.tag, state.open)] if state.open else []
+            return state, [], [self._finding(tag, state.open)] if state.open else []
         c = self.config
         with np.errstate(invalid="ignore", over="ignore"):
             peak, ref, calibrating = self._peaks(state, x)
@@ -101,7 +101,6 @@ class LossScaleDetector:
         if current is not None:
             current = replace(current, ongoing=bool(collapsed[-1] or low[-1]))
         new_state = LossScaleState(
-            tag=state.tag,
             prev=float(x[-1]),
             calibrating=calibrating,
             peak=None if np.isnan(peak[-1]) else float(peak[-1]),
@@ -113,8 +112,8 @@ class LossScaleDetector:
         )
         return (
             new_state,
-            [self._finding(state.tag, e) for e in closed],
-            [self._finding(state.tag, current)] if current else [],
+            [self._finding(tag, e) for e in closed],
+            [self._finding(tag, current)] if current else [],
         )
 
     @staticmethod

@@ -66,8 +66,7 @@ class Episode(StreamState):
 
 @dataclass(frozen=True)
 class NonFiniteState(StreamState):
-    tag: str
-    role: str
+    role: str  # what the tag is: the severity depends on it
     open: Episode | None
 
 
@@ -90,12 +89,14 @@ class NonFiniteDetector:
         return findings
 
     def detect_series(self, series: Series) -> list[Finding]:
-        return detect_at_once(self, series)
+        return detect_at_once(self, series.step, series.value, series.tag, self.start(series.role))
 
-    def start(self, tag: str, role: Role = Role.OTHER) -> NonFiniteState:
-        return NonFiniteState(tag=tag, role=role.value, open=None)
+    def start(self, role: Role = Role.OTHER) -> NonFiniteState:
+        return NonFiniteState(role=role.value, open=None)
 
-    def feed(self, state: NonFiniteState, step: np.ndarray, value: np.ndarray) -> tuple[NonFiniteState, list[Finding], list[Finding]]:
+    def feed(
+        self, state: NonFiniteState, step: np.ndarray, value: np.ndarray, tag: str = ""
+    ) -> tuple[NonFiniteState, list[Finding], list[Finding]]:
         gap = self.config.gap_points
         n = len(value)
         bad = np.flatnonzero(~np.isfinite(value))
@@ -119,8 +120,8 @@ class NonFiniteDetector:
         role = Role(state.role)
         return (
             replace(state, open=episode),
-            [self._finding(state.tag, role, e, ongoing=False) for e in closed],
-            [self._finding(state.tag, role, episode, ongoing=True)] if episode else [],
+            [self._finding(tag, role, e, ongoing=False) for e in closed],
+            [self._finding(tag, role, episode, ongoing=True)] if episode else [],
         )
 
     @staticmethod

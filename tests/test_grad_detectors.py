@@ -20,7 +20,7 @@ from analyzers.lossscale import LossScaleDetector
 from analyzers.nonfinite import NonFiniteDetector
 from analyzers.roles import Role
 from analyzers.series import Series, TagWrites, prepare_run, prepare_series
-from analyzers.stream import replay, state_size
+from analyzers.stream import feed_in_pieces, state_size
 from app.analysis import tag_writes
 from app.ingest.sources import read_path
 from tests.conftest import REPO
@@ -141,14 +141,14 @@ def test_fp16_overflow_skips_are_info_and_the_nan_has_its_own_onset(fp16_overflo
 def test_a_nan_grad_norm_is_critical_from_its_fifth_point_and_a_warning_once_finite_again():
     grad = calm(1000)
     detector = NonFiniteDetector()
-    state = detector.start("grad_norm", Role.GRAD_NORM)
-    state, closed, [skip] = detector.feed(state, np.arange(500), np.r_[grad[:499], np.nan])
+    state = detector.start(Role.GRAD_NORM)
+    state, closed, [skip] = detector.feed(state, np.arange(500), np.r_[grad[:499], np.nan], "grad_norm")
     assert (closed, skip.severity, skip.ongoing) == ([], Severity.INFO, True)  # an overflow skip so far
-    state, closed, [nan] = detector.feed(state, np.arange(500, 504), np.full(4, np.nan))
+    state, closed, [nan] = detector.feed(state, np.arange(500, 504), np.full(4, np.nan), "grad_norm")
     assert (closed, nan.severity, nan.start_step) == ([], Severity.CRITICAL, 499)
-    state, closed, [nan] = detector.feed(state, np.arange(504, 506), grad[504:506])
+    state, closed, [nan] = detector.feed(state, np.arange(504, 506), grad[504:506], "grad_norm")
     assert nan.severity is Severity.CRITICAL and nan.message.endswith(", finite again since step 504")
-    state, [back], still = detector.feed(state, np.arange(506, 508), grad[506:508])
+    state, [back], still = detector.feed(state, np.arange(506, 508), grad[506:508], "grad_norm")
     assert (still, back.severity, back.ongoing, back.evidence["came_back"]) == ([], Severity.WARNING, False, True)
     assert back.message == "grad_norm is NaN at 5 points from step 499, finite again since step 504"
 
@@ -232,6 +232,12 @@ def _batch(name: str, s: Series) -> list[Finding]:
     return detector.detect_series(s) if isinstance(detector, NonFiniteDetector) else detector.detect(s)
 
 
+def _pieces(name: str, s: Series, cuts: list[int], checks: int) -> list[Finding]:
+    detector = DETECTORS[name]
+    state = detector.start(s.role) if isinstance(detector, NonFiniteDetector) else detector.start()
+    return feed_in_pieces(detector, s.step, s.value, cuts, s.tag, state=state, checks=checks)
+
+
 def _key(f: Finding):
     return (f.start_step, f.kind.value, f.message)
 
@@ -270,7 +276,7 @@ def splits(draw):
 def test_any_split_finds_what_one_pass_finds(name, case):
     """At every checked prefix: the same findings and the same state as one feed."""
     s, cuts = case
-    assert sorted(replay(DETECTORS[name], s, cuts, checks=8), key=_key) == sorted(_batch(name, s), key=_key)
+    assert sorted(_pieces(name, s, cuts, checks=8), key=_key) == sorted(_batch(name, s), key=_key)
 
 
 values = st.one_of(
@@ -284,7 +290,7 @@ values = st.one_of(
 @given(v=arrays(np.float64, st.integers(0, 200), elements=values), cuts=st.lists(st.integers(1, 199), max_size=20))
 def test_any_split_of_any_values_finds_what_one_pass_finds(name, v, cuts):
     s = series(v, "x", {"grad_norm": Role.GRAD_NORM, "nonfinite": Role.LOSS, "loss_scale": Role.LOSS_SCALE}[name])
-    assert sorted(replay(DETECTORS[name], s, cuts, checks=len(cuts)), key=_key) == sorted(_batch(name, s), key=_key)
+    assert sorted(_pieces(name, s, cuts, checks=len(cuts)), key=_key) == sorted(_batch(name, s), key=_key)
 
 
 @pytest.mark.parametrize("name", DETECTORS)
@@ -299,10 +305,10 @@ def test_state_stays_bounded_however_long_the_run(name):
     if name == "loss_scale":
         v = 2.0 ** np.clip(np.cumsum(rng.choice([-1, 0, 0, 0, 1], n)), 0, 20)
     detector = DETECTORS[name]
-    state = detector.start("x", Role.GRAD_NORM)
+    state = detector.start()
     largest = 0
     for a in range(0, n, 1000):
-        state, _, _ = detector.feed(state, np.arange(a, a + 1000), v[a : a + 1000])
+        state, _, _ = detector.feed(state, np.arange(a, a + 1000), v[a : a + 1000], "x")
         largest = max(largest, state_size(state))
     assert largest < 4000
     assert json.loads(json.dumps(state.to_dict())) == state.to_dict()
