@@ -19,6 +19,7 @@ class Resume:
     to_step: int
     segment: int  # the segment the resume opens
     wall_time: float | None = None
+    tags: tuple[str, ...] = ()  # the tags it rolls back; () for every tag (a resumed run)
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,10 +80,17 @@ def current_view(tag: np.ndarray, step: np.ndarray, segment: np.ndarray, resume_
     keep = step < threshold[segment]
     order = np.lexsort((np.arange(n), step, tag))
     survivors = order[keep[order]]
+    if not len(survivors):
+        return np.zeros(n, bool)  # a resume before every write hid them all
     same = (tag[survivors][1:] == tag[survivors][:-1]) & (step[survivors][1:] == step[survivors][:-1])
     last_of_key = np.zeros(n, bool)
     last_of_key[survivors[np.append(~same, True)]] = True
     return last_of_key
+
+
+def resume_steps(resumes: tuple[Resume, ...], tag: str) -> dict[int, int]:
+    """segment -> step of the resumes that roll `tag` back: the `resume_to` of `current_view`."""
+    return {r.segment: r.to_step for r in resumes if not r.tags or tag in r.tags}
 
 
 def logging_interval(steps: np.ndarray) -> int:
@@ -111,7 +119,6 @@ def prepare_run(
     roles: Mapping[str, str | Role] | None = None,
 ) -> RunSeries:
     """Every tag's current view with its role (`roles` overrides what names suggest)."""
-    resume_to = {r.segment: r.to_step for r in resumes}
     assigned = assign_roles(writes, roles)
-    series = {tag: prepare_series(tag, assigned[tag], w, resume_to) for tag, w in writes.items()}
+    series = {tag: prepare_series(tag, assigned[tag], w, resume_steps(resumes, tag)) for tag, w in writes.items()}
     return RunSeries(series=series, writes=dict(writes), resumes=tuple(resumes))

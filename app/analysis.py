@@ -4,6 +4,7 @@ to alerts: a finding placed in its run, with a stable identity."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,19 @@ from analyzers.config import AnalysisConfig
 from analyzers.findings import Finding, Kind
 from analyzers.series import Resume, TagWrites, prepare_run
 from app.ingest.logdir import Run
+
+log = logging.getLogger("losswatch.analysis")
+
+
+class AnalysisFailed(Exception):
+    """A detector raised on one run's data.  Caught at the run boundary, so one run's bad
+    data (or a detector bug it triggers) never stops the analysis of any other run; the
+    message names the run and the error, and the traceback goes to the log."""
+
+    def __init__(self, source: str, run: str, error: BaseException) -> None:
+        self.source, self.run = source, run
+        self.reason = f"{type(error).__name__}: {error}"
+        super().__init__(f"run {run!r} ({source}): analysis failed: {self.reason}")
 
 
 @dataclass(frozen=True)
@@ -76,7 +90,7 @@ def tag_writes(run: Run) -> dict[str, TagWrites]:
 
 def analyze(source: str, run: Run, config: AnalysisConfig = AnalysisConfig()) -> list[Alert]:
     """Alerts of a run just read."""
-    resumes = tuple(Resume(r.from_step, r.to_step, r.segment, r.wall_time) for r in run.rollbacks)
+    resumes = tuple(Resume(r.from_step, r.to_step, r.segment, r.wall_time, r.tags) for r in run.rollbacks)
     return analyze_writes(source, run.name, tag_writes(run), resumes, config)
 
 
@@ -87,8 +101,13 @@ def analyze_writes(
     resumes: tuple[Resume, ...],
     config: AnalysisConfig = AnalysisConfig(),
 ) -> list[Alert]:
-    """Alerts of a run given as every write of each tag (as the store holds them)."""
-    findings = analyze_run(prepare_run(writes, resumes, config.roles), config)
+    """Alerts of a run given as every write of each tag (as the store holds them).
+    Raises AnalysisFailed, never anything else, when the detectors fail on it."""
+    try:
+        findings = analyze_run(prepare_run(writes, resumes, config.roles), config)
+    except Exception as e:  # the boundary of pure analyzer code: no I/O or store state in here
+        log.exception("analysis failed", extra={"source": source, "run": run})
+        raise AnalysisFailed(source, run, e) from e
     return [Alert(fingerprint(source, run, f.tag, f.kind.value, f.start_step), source, run, f) for f in findings]
 
 

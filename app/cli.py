@@ -93,12 +93,21 @@ def analyze(paths: tuple[str, ...], fmt: str, config_file: str | None, fail_on: 
     or trainer_state log).  Stateless: each call reads and analyses everything."""
     config = _load_config(config_file)
     reads = [(path, _read(path, strict)) for path in paths]
-    alerts = [alert for path, read in reads for run in read.runs.values() for alert in analysis.analyze(path, run, config)]
+    alerts, failed = [], 0
+    for path, read in reads:
+        for run in read.runs.values():
+            try:
+                alerts += analysis.analyze(path, run, config)
+            except analysis.AnalysisFailed as e:  # reported; every other run is still analysed
+                click.echo(f"losswatch: {e}", err=True)
+                failed += 1
     if fmt == "json":
         click.echo(json.dumps({"runs": [_run_summary(p, r) for p, read in reads for r in read.runs.values()],
                                "alerts": [a.to_dict() for a in alerts]}, indent=2))
     else:
         click.echo(render_table(alerts, sum(len(read.runs) for _, read in reads)))
+    if failed:
+        sys.exit(EXIT_INPUT_ERROR)
     if fail_on != "never" and any(a.finding.severity >= Severity[fail_on.upper()] for a in alerts):
         sys.exit(EXIT_ALERTS)
 
@@ -120,7 +129,7 @@ def plot(path: str, run_name: str | None, tag: str | None, output: str) -> None:
         fmt = plots.image_format(output)
         run = plots.pick_run(path, _read(path, False).runs, run_name)
         plots.write_image(plots.draw_run(path, run, tag), output, fmt)
-    except plots.PlotError as e:
+    except (plots.PlotError, analysis.AnalysisFailed) as e:
         _fail(str(e))
 
 
@@ -144,13 +153,20 @@ def scan(
     config = _load_config(config_file)
     store = _open_store(db_url)
     progress = _progress("scanning runs") if sys.stderr.isatty() else None
+    reporter = scanner.Reporter.new()
     try:
         with httpx.Client() as client:
-            outcome = scanner.scan(store, list(paths), config=config, webhooks=list(webhooks), client=client, progress=progress)
+            outcome = scanner.scan(
+                store, list(paths), config=config, webhooks=list(webhooks), client=client, progress=progress,
+                reporter=reporter,
+            )
     except IngestError as e:
         _report(e.problems)
         sys.exit(EXIT_INPUT_ERROR)
     _report(outcome.problems)
+    if outcome.earlier:
+        click.echo(f"losswatch: {outcome.earlier} changes committed by an earlier scan that stopped before "
+                   "printing them come first", err=True)
     for failure in outcome.deliveries.failed:
         click.echo(f"losswatch: webhook delivery failed (will retry on the next scan): {failure}", err=True)
     summary = (
@@ -159,6 +175,8 @@ def scan(
     )
     open_records = scanner.open_alerts(store, list(paths)) if show_all else []
     click.echo(_render_scan(fmt, outcome, summary, open_records, show_all))
+    sys.stdout.flush()
+    scanner.printed(store, reporter)
     worst = [Severity[e.event.record.severity.upper()] for e in outcome.events if e.event.change.value != "resolved"]
     if show_all:
         worst += [Severity[r.severity.upper()] for r in open_records if r.state.value == "firing"]

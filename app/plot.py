@@ -126,7 +126,7 @@ def pick_run(path: str, runs: Mapping[str, Run], name: str | None) -> Run:
 def draw_run(source: str, run: Run, tag: str | None = None, config: AnalysisConfig = AnalysisConfig()) -> Figure:
     """The figure of one run: `tag` (default: its first loss tag) on top, the grad norm,
     learning rate and loss scale below where logged, every alert marked."""
-    resumes = tuple(Resume(r.from_step, r.to_step, r.segment, r.wall_time) for r in run.rollbacks)
+    resumes = tuple(Resume(r.from_step, r.to_step, r.segment, r.wall_time, r.tags) for r in run.rollbacks)
     prepared = prepare_run(analysis.tag_writes(run), resumes, config.roles)
     loss = _loss_series(run.name, prepared, tag)
     findings = [alert.finding for alert in analysis.analyze(source, run, config)]

@@ -6,11 +6,23 @@ read up to, the alerts and their changes, and the outbox of deliveries commit to
 scan killed at any instant leaves every run either as before or fully updated, and two
 scans at once take turns on a run, the second finding nothing new.  What a scan reports is
 what its own transactions changed, so nothing is reported twice.
+
+Nothing that touches the logdir runs inside a write transaction: a run's files are read
+first (from the offsets a read transaction finds), then its write transaction checks that
+the offsets are still those, i.e. that no other scan stored the run meanwhile.  If one did,
+this read is dropped: the other scan stored what it found, and what is newer is read next
+time.  A FIFO or a hung filesystem in a logdir can then hold up the scan of that file at
+most (see `app.ingest.files`), and never the store's write lock.
+
+The command line prints what a scan changed after its last commit; a scan killed before
+printing leaves its changes held (`app.store.reports`), and the next scan prints them first.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
+import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -20,16 +32,21 @@ import httpx
 from analyzers.config import AnalysisConfig
 from app.alerts.lifecycle import AlertRecord
 from app.alerts.webhooks import DeliveryReport, deliver_due
+from app.ingest.files import READ_TIMEOUT, read_whole, under_roots
 from app.ingest.logdir import RunState, find_runs, is_event_file, read_run
 from app.ingest.problems import IngestError, Problem
 from app.ingest.restarts import assign_segments
-from app.ingest.sources import run_name_for_file
+from app.ingest.sources import check_file, run_name_for_file
 from app.ingest.textlogs import parse_text_log
 from app.store import alerts as stored_alerts
+from app.store import reports
 from app.store import runs as stored_runs
 from app.store.db import Store
 from app.store.runs import StoredFile
 from app.updates import Reported, reassess, store_points
+
+REPORT_LEASE = 15 * 60.0  # a scan on another host that holds changes this long without a commit is taken for dead
+OUTSIDE_ROOTS = "resolves outside the allowed roots (a symlink?): not scanned"
 
 
 @dataclass
@@ -40,6 +57,29 @@ class ScanOutcome:
     events: list[Reported] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     deliveries: DeliveryReport = field(default_factory=lambda: DeliveryReport(0, []))
+    earlier: int = 0  # the first `earlier` events were left unprinted by an earlier scan
+
+
+@dataclass(frozen=True)
+class Reporter:
+    """A scan that prints its changes (the command line), named by its claim on the changes
+    it holds until they are printed: host, process id and a random part."""
+
+    claim: str
+
+    @classmethod
+    def new(cls) -> Reporter:
+        return cls(f"{_host()}/{os.getpid()}/{secrets.token_hex(8)}")
+
+
+@dataclass(frozen=True)
+class _Options:
+    config: AnalysisConfig
+    webhooks: Sequence[str]
+    clock: Callable[[], float]
+    roots: Sequence[str] | None
+    timeout: float
+    reporter: Reporter | None
 
 
 @dataclass(frozen=True)
@@ -61,25 +101,47 @@ def scan(
     client: httpx.Client | None = None,
     clock: Callable[[], float] = time.time,
     progress: Callable[[int, int], None] | None = None,
+    roots: Sequence[str] | None = None,
+    timeout: float = READ_TIMEOUT,
+    reporter: Reporter | None = None,
 ) -> ScanOutcome:
-    """Scan every path; raises IngestError for a path that does not exist."""
+    """Scan every path; raises IngestError for a path that does not exist.
+
+    A path inside a directory also given is left out (its runs would be stored twice) and
+    said so.  `roots`: the service's allowed roots, checked for each path (IngestError when
+    it resolves outside them) and for every file at every scan; None (the command line)
+    restricts nothing.  `timeout` bounds each call on a file.  With a `reporter`, the
+    changes stay held until `printed`, and the changes an earlier scan of these runs
+    committed but never printed come first in the outcome.
+    """
+    options = _Options(config, webhooks, clock, roots, timeout, reporter)
     outcome = ScanOutcome()
     targets: list[_Target] = []
-    for path in paths:
-        found, problems = _targets(path)
+    for path in _outermost(paths, outcome.problems):
+        found, problems = _targets(path, roots)
         targets += found
         outcome.problems += problems
     outcome.runs = len(targets)
+    sources = sorted({t.source for t in targets})
+    if reporter is not None:
+        outcome.events = _take_over(store, sources, reporter, clock())
+        outcome.earlier = len(outcome.events)
     with store.read() as conn:
-        known = {source: stored_runs.known_files(conn, source) for source in {t.source for t in targets}}
+        known = {source: stored_runs.known_files(conn, source) for source in sources}
     for done, target in enumerate(targets, 1):
         if _changed(target, known[target.source].get(target.name, {})):
-            _scan_run(store, target, config, webhooks, clock, outcome)
+            _scan_run(store, target, options, outcome)
         if progress:
             progress(done, len(targets))
     if client is not None:
         outcome.deliveries = deliver_due(store, client, clock=clock)
     return outcome
+
+
+def printed(store: Store, reporter: Reporter) -> None:
+    """The reporter printed its changes: let go of them."""
+    with store.write() as conn:
+        reports.release(conn, reporter.claim)
 
 
 def open_alerts(store: Store, paths: list[str]) -> list[AlertRecord]:
@@ -92,13 +154,36 @@ def _source(path: str) -> str:
     return os.path.realpath(path)
 
 
-def _targets(path: str) -> tuple[list[_Target], list[Problem]]:
+def _outermost(paths: list[str], problems: list[Problem]) -> list[str]:
+    """The paths less those inside a directory also given (each run is scanned once, under
+    the outermost path), with a note for each left out.  JSON/CSV logs are never left out:
+    scanning a directory reads only its event files."""
+    real = [_source(p) for p in paths]
+    keep = []
+    for i, path in enumerate(paths):
+        covers = [j for j in range(len(paths)) if j != i and os.path.isdir(real[j]) and _inside(real[i], real[j])
+                  and (real[i] != real[j] or j < i)]
+        if not covers or not (os.path.isdir(real[i]) or is_event_file(os.path.basename(real[i]))):
+            keep.append(path)
+            continue
+        outer = paths[min(covers, key=lambda j: (len(real[j]), j))]
+        what = "the same directory as" if real[i] == _source(outer) else "inside"
+        problems.append(Problem(path, f"{what} {outer}, also given: its runs are scanned once, under {outer}"))
+    return keep
+
+
+def _inside(path: str, directory: str) -> bool:
+    return os.path.commonpath([path, directory]) == directory
+
+
+def _targets(path: str, roots: Sequence[str] | None) -> tuple[list[_Target], list[Problem]]:
     source = _source(path)
+    if roots is not None and not under_roots(source, roots):
+        raise IngestError(Problem(path, OUTSIDE_ROOTS))
     if os.path.isdir(path):
         runs, problems = find_runs(source)
         return [_Target(source, name, files) for name, files in runs.items()], problems
-    if not os.path.isfile(path):
-        raise IngestError(Problem(path, "no such file or directory"))
+    check_file(path)
     if is_event_file(os.path.basename(path)):
         return [_Target(source, os.path.basename(os.path.dirname(source)) or ".", [source])], []
     return [_Target(source, run_name_for_file(source), [source], text=True)], []
@@ -116,51 +201,51 @@ def _changed(target: _Target, known: dict[str, StoredFile]) -> bool:
     return False
 
 
-def _scan_run(
-    store: Store, target: _Target, config: AnalysisConfig, webhooks: Sequence[str], clock: Callable[[], float],
-    outcome: ScanOutcome,
-) -> None:
+def _scan_run(store: Store, target: _Target, options: _Options, outcome: ScanOutcome) -> None:
     if target.text:
-        _scan_text(store, target, config, webhooks, clock, outcome)
+        _scan_text(store, target, options, outcome)
         return
-    now = clock()
-    with store.write() as conn:
-        run = stored_runs.lock_run(conn, target.source, target.name, now)
-        files = stored_runs.run_files(conn, run.id)  # read under the lock: another scan may have moved them
-        # sizes before reading: whatever is appended meanwhile shows as a change next time
-        sizes = {path: _size(path) for path in target.files}
-        read = read_run(target.name, target.files, {p: f.offset for p, f in files.items()}, run.state)
-        outcome.problems += read.problems
-        progress = {
-            path: StoredFile(p.offset, sizes[path], p.end.value)
-            for path, p in read.files.items()
-            if path not in files or (files[path].offset, files[path].size) != (p.offset, sizes[path])
-        }
+    with store.read() as conn:
+        before = next(iter(stored_runs.find_runs(conn, target.name, target.source)), None)
+        files = stored_runs.run_files(conn, before.id) if before else {}
+    read = read_run(
+        target.name, target.files, {p: f.offset for p, f in files.items()}, before.state if before else None,
+        heads={p: f.head for p, f in files.items()}, roots=options.roots, timeout=options.timeout,
+    )
+    outcome.problems += read.problems
+    progress = {path: StoredFile(p.offset, p.size, p.end.value, p.head) for path, p in read.files.items()}
+    if not read.rewritten:
+        progress = {path: f for path, f in progress.items() if files.get(path) != f}
         if not progress:
             return
+    now = options.clock()
+    with store.write() as conn:
+        run = stored_runs.lock_run(conn, target.source, target.name, now)
+        if stored_runs.run_files(conn, run.id) != files:
+            return  # another scan stored this run since it was read: see the module
+        if read.rewritten:  # the run was read again from the start: its points are replaced
+            stored_runs.delete_points(conn, run.id)
+            stored_runs.delete_files(conn, run.id)
+            run = replace(run, last_step=None, points=0, analyzed_points=None)
         stored_runs.save_files(conn, run.id, progress)
         updated = store_points(conn, run, read.points, read.segment, read.rollbacks, read.state, now)
         outcome.changed += 1
         outcome.points += len(read.points)
-        if len(read.points) or read.rollbacks:
-            outcome.events += reassess(conn, updated, config, webhooks, now)
+        if len(read.points) or read.rollbacks or read.rewritten:
+            _reassess(conn, updated, options, now, outcome)
 
 
-def _scan_text(
-    store: Store, target: _Target, config: AnalysisConfig, webhooks: Sequence[str], clock: Callable[[], float],
-    outcome: ScanOutcome,
-) -> None:
+def _scan_text(store: Store, target: _Target, options: _Options, outcome: ScanOutcome) -> None:
     """A JSON/CSV log changed: read it whole and replace what its runs held."""
     path = target.files[0]
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        outcome.problems.append(Problem(path, f"cannot read file: {e.strerror or e}"))
+        data = read_whole(path, options.roots, options.timeout)
+    except IngestError as e:
+        outcome.problems += e.problems
         return
     parsed = parse_text_log(data, source=path, run=target.name)
     outcome.problems += parsed.problems
-    now = clock()
+    now = options.clock()
     for name, points in parsed.runs.items():
         with store.write() as conn:
             run = stored_runs.lock_run(conn, target.source, name, now)
@@ -173,11 +258,46 @@ def _scan_text(
             updated = store_points(conn, fresh, points, segment, tuple(rollbacks), RunState(segments), now)
             outcome.changed += 1
             outcome.points += len(points)
-            outcome.events += reassess(conn, updated, config, webhooks, now)
+            _reassess(conn, updated, options, now, outcome)
 
 
-def _size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return -1
+def _reassess(conn, run: stored_runs.StoredRun, options: _Options, now: float, outcome: ScanOutcome) -> None:
+    """Re-analyse the run in the caller's transaction; a reporter holds the changes until
+    printed.  A failed analysis is a problem of that run: the scan goes on with the next."""
+    applied = reassess(conn, run, options.config, options.webhooks, now)
+    if options.reporter is not None:
+        reports.hold(conn, [e.id for e in applied.changes], options.reporter.claim, now + REPORT_LEASE)
+    outcome.events += applied.changes
+    if applied.error is not None:
+        outcome.problems.append(Problem(f"{run.source}: run {run.name}", f"analysis failed: {applied.error}"))
+
+
+def _take_over(store: Store, sources: list[str], reporter: Reporter, now: float) -> list[Reported]:
+    """Hold (and return) the changes to these sources' runs that earlier scans committed and
+    did not live to print."""
+    with store.read() as conn:
+        stale = [h for h in reports.held(conn, sources) if _abandoned(h, now)]
+    if not stale:
+        return []
+    with store.write() as conn:
+        reports.take_over(conn, stale, reporter.claim, now + REPORT_LEASE)
+        return [Reported(source, event, i) for source, i, event in reports.load(conn, reporter.claim)]
+
+
+def _abandoned(change: reports.Held, now: float) -> bool:
+    """Whether the scan holding a change is gone: a process of this host that no longer
+    exists, or, on another host, one whose lease ran out."""
+    host, pid, *_ = change.holder.rsplit("/", 2) + ["", ""]
+    if host == _host() and pid.isdigit() and os.name == "posix":
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False  # exists, owned by another user
+        return False
+    return change.lease is None or change.lease < now
+
+
+def _host() -> str:
+    return socket.gethostname()[:64]

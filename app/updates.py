@@ -15,7 +15,7 @@ from sqlalchemy.engine import Connection
 
 from analyzers.config import AnalysisConfig
 from app.alerts.lifecycle import Change, Event, evaluate
-from app.analysis import Alert, analyze_writes
+from app.analysis import Alert, AnalysisFailed, analyze_writes
 from app.ingest.logdir import RunState
 from app.ingest.points import Points
 from app.ingest.restarts import Rollback
@@ -32,6 +32,7 @@ class Reported:
 
     source: str
     event: Event
+    id: int | None = None  # the change's row in alert_events
 
 
 def store_points(
@@ -57,11 +58,21 @@ def store_points(
 
 @dataclass(frozen=True)
 class Assessment:
-    """The alerts of a run as it stood with `points` points stored."""
+    """The alerts of a run as it stood with `points` points stored, or why the analysis
+    failed (`error`): then the run's alerts stay as they were."""
 
     points: int
     last_step: int | None
     current: list[Alert]
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What applying an assessment changed, and the analysis error recorded on the run."""
+
+    changes: list[Reported]
+    error: str | None = None
 
 
 def assess(conn: Connection, run: StoredRun, config: AnalysisConfig) -> Assessment:
@@ -70,36 +81,44 @@ def assess(conn: Connection, run: StoredRun, config: AnalysisConfig) -> Assessme
     run = stored_runs.get_run(conn, run.id)  # the row and the points from one snapshot
     writes = stored_runs.load_writes(conn, run.id)
     resumes = stored_runs.load_resumes(conn, run.id)
-    return Assessment(run.points, run.last_step, analyze_writes(run.source, run.name, writes, resumes, config))
+    try:
+        alerts = analyze_writes(run.source, run.name, writes, resumes, config)
+    except AnalysisFailed as e:
+        return Assessment(run.points, run.last_step, [], error=e.reason)
+    return Assessment(run.points, run.last_step, alerts)
 
 
-def apply(conn: Connection, run: StoredRun, assessment: Assessment, webhooks: Sequence[str], now: float) -> list[Reported]:
+def apply(conn: Connection, run: StoredRun, assessment: Assessment, webhooks: Sequence[str], now: float) -> Applied:
     """Move the run's alerts along by an assessment and queue their deliveries (not for
-    silenced alerts); returns the changes worth reporting (all but starting to wait in
-    pending).  `run` is the locked row.  An assessment older than the last one applied is
-    dropped (two analyses of a run can finish out of order); one that missed points stored
-    since leaves the run waiting for the next analysis."""
+    silenced alerts); the changes worth reporting are all but starting to wait in pending.
+    `run` is the locked row.  An assessment older than the last one applied is dropped (two
+    analyses of a run can finish out of order); one that missed points stored since leaves
+    the run waiting for the next analysis.  A failed analysis is recorded on the run (the
+    API and UI show it) and stops waiting: the next points stored try again."""
     if run.analyzed_points is not None and assessment.points < run.analyzed_points:
-        return []
+        return Applied([])
+    done = {"analyzed_at": now, "analysis_error": assessment.error}
+    if assessment.points >= run.points:
+        done["dirty_since"] = None
+    if assessment.error is not None:
+        conn.execute(runs.update().where(runs.c.id == run.id).values(**done))
+        return Applied([], assessment.error)
     records, events = evaluate(stored_alerts.load_alerts(conn, run.id), assessment.current, assessment.last_step, now)
     stored_alerts.save_alerts(conn, run.id, records)
     ids = stored_alerts.add_events(conn, events, now)
     reported = [(i, e) for i, e in zip(ids, events) if e.change is not Change.PENDING]
     quiet = stored_alerts.silenced_ids(conn, [e.record.id for _, e in reported])
     stored_alerts.enqueue(conn, [i for i, e in reported if e.record.id not in quiet], list(webhooks), now)
-    done = {"analyzed_at": now, "analyzed_points": assessment.points}
-    if assessment.points >= run.points:
-        done["dirty_since"] = None
-    conn.execute(runs.update().where(runs.c.id == run.id).values(**done))
-    return [Reported(run.source, e) for _, e in reported]
+    conn.execute(runs.update().where(runs.c.id == run.id).values(analyzed_points=assessment.points, **done))
+    return Applied([Reported(run.source, e, i) for i, e in reported])
 
 
-def reassess(conn: Connection, run: StoredRun, config: AnalysisConfig, webhooks: Sequence[str], now: float) -> list[Reported]:
+def reassess(conn: Connection, run: StoredRun, config: AnalysisConfig, webhooks: Sequence[str], now: float) -> Applied:
     """Analyse and apply in the caller's one transaction (a scan: crash-safe as a whole)."""
     return apply(conn, run, assess(conn, run, config), webhooks, now)
 
 
-def analyze_now(store: Store, run: StoredRun, config: AnalysisConfig, webhooks: Sequence[str], now: float) -> list[Reported]:
+def analyze_now(store: Store, run: StoredRun, config: AnalysisConfig, webhooks: Sequence[str], now: float) -> Applied:
     """Analyse outside the write lock, then apply under the run's lock (the service)."""
     with store.read() as conn:
         assessment = assess(conn, run, config)

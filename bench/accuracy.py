@@ -1,15 +1,30 @@
 """Precision and recall of losswatch's detectors on a labelled corpus (generated curves with
 planted patterns, tests/curves.py) and the classification accuracy of loss spikes, beside the
 one-rule detectors other tools ship, on the same curves; then the real sample runs against
-what was caused in them (sample_runs/labels.json).
+what was caused in them (sample_runs/labels.json); then the real public logs labelled in
+bench/labels/reference_runs.json, per kind on the tuning and the held-out part, beside
+OLMo-core's rule and trainspotter, with warnings on clean runs and the time to first alert
+in a live replay (bench/replay.py).
 
-    .venv/bin/python bench/accuracy.py
+    .venv/bin/python bench/accuracy.py                  # everything (a few minutes)
+    .venv/bin/python bench/accuracy.py --real-only      # only the real public logs
+    .venv/bin/python bench/accuracy.py --no-replay      # without the live replay
+    .venv/bin/python bench/accuracy.py --show-heldout   # also list held-out misses and false alarms
+
+Markdown tables on stdout, progress on stderr.  Per-event detail (misses, false alarms,
+delays) is printed for the tuning part only: the held-out part is never looked at while
+tuning (bench/labels/README.md), so only its totals are shown unless --show-heldout.
+trainspotter runs from its own virtualenv (bench/trainspotter_peer.py); without it the
+comparison says how to install it.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -17,7 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from analyzers.findings import Kind, Severity  # noqa: E402
 from app.analysis import analyze  # noqa: E402
 from app.ingest.sources import read_path  # noqa: E402
+from bench import corpus as labels  # noqa: E402
+from bench import realcurves  # noqa: E402
 from bench.peers import PEERS  # noqa: E402
+from bench.replay import replay_events  # noqa: E402
 from tests.curves import SCORED, Score, labelled_corpus, score, tolerance  # noqa: E402
 
 
@@ -41,6 +59,18 @@ def peer_score(corpus, rule) -> Score:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description="Accuracy of losswatch's detectors beside its peers.")
+    parser.add_argument("--real-only", action="store_true", help="only the labelled real public logs")
+    parser.add_argument("--no-replay", action="store_true", help="skip the live replay (time to first alert)")
+    parser.add_argument("--show-heldout", action="store_true", help="also list the held-out part's misses and false alarms")
+    args = parser.parse_args()
+    if not args.real_only:
+        generated()
+        sample_runs()
+    reference_runs(show_heldout=args.show_heldout, replay=not args.no_replay)
+
+
+def generated() -> None:
     corpus = labelled_corpus()
     print(f"labelled corpus: {len(corpus)} curves ({sum(not c.truth for c in corpus)} clean), "
           f"{sum(len(c.truth) for c in corpus)} planted events", file=sys.stderr)
@@ -59,7 +89,6 @@ def main() -> None:
     print(f"\nclean curves with a warning or worse: {len(loud_clean)}")
     for line in loud_clean:
         print("  " + line)
-    sample_runs()
 
 
 def sample_runs() -> None:
@@ -84,6 +113,118 @@ def sample_runs() -> None:
     print(f"\nwarnings or worse not among the caused patterns: {len(extra)}")
     for a in extra:
         print(f"  {a.run}: {a.finding.message}")
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def reference_runs(show_heldout: bool, replay: bool) -> None:
+    corpus = labels.load()
+    if not (corpus.shared_root / "reference-runs").is_dir():
+        print(f"\nreal public logs: not found under {corpus.shared_root} (shared/ is laid beside the repo)")
+        return
+    started = time.monotonic()
+    progress(f"real public logs: {len(corpus.runs)} labelled runs under {corpus.shared_root}")
+    flags = {"losswatch": {}, "OLMo-core 6 sigma/128": {}}
+    for run in corpus.runs:
+        realcurves.read_run(corpus, run)
+        flags["losswatch"][run] = realcurves.losswatch_flags(corpus, run)
+        flags["OLMo-core 6 sigma/128"][run] = realcurves.olmo_flags(corpus, run)
+    progress(f"  read and analysed in {time.monotonic() - started:.0f} s")
+    missing = realcurves.trainspotter_missing()
+    if missing is None:
+        progress("  trainspotter ...")
+        flags["trainspotter 0.2.6"] = realcurves.trainspotter_flags(corpus)
+    outcomes = {name: {run: realcurves.match(run, f[run]) for run in corpus.runs} for name, f in flags.items()}
+
+    print("\n## Real public logs (bench/labels/reference_runs.json)\n")
+    for part in labels.PARTS:
+        runs = corpus.part(part)
+        print(f"{part}: {len(runs)} runs, {sum(len(r.required) for r in runs)} required events, "
+              f"{sum(len(r.events) - len(r.required) for r in runs)} optional")
+    print("\n| detector | part | kind | labelled | found | recall | flags | false | precision | spike class right |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, per_run in outcomes.items():
+        for part in labels.PARTS:
+            runs = corpus.part(part)
+            scores = realcurves.score(runs, per_run)
+            for kind, k in [*scores.items(), ("all", realcurves.totals(scores))]:
+                print(f"| {name} | {part} | {kind} | {k.labelled} | {k.found} | {k.recall()} | {k.flags} | {k.false} | "
+                      f"{k.precision()} | {k.classes()} |")
+    if missing:
+        print(f"\n{missing}")
+
+    print("\n| detector | part | clean runs | false warnings on clean runs | false warnings in clean spans | false warnings in all | duplicates |")
+    print("|---|---|---|---|---|---|---|")
+    for name, per_run in outcomes.items():
+        for part in labels.PARTS:
+            runs = corpus.part(part)
+            clean_runs = [r for r in runs if not r.required]
+            on_clean = sum(len(realcurves.loud(per_run[r])) for r in clean_runs)
+            in_spans = sum(1 for r in runs for f in realcurves.loud(per_run[r]) if any(s.covers(f.tag, f.start_step) for s in r.clean))
+            anywhere = sum(len(realcurves.loud(per_run[r])) for r in runs)
+            dups = sum(len(per_run[r].duplicates) for r in runs)
+            print(f"| {name} | {part} | {len(clean_runs)} | {on_clean} | {in_spans} | {anywhere} | {dups} |")
+
+    for part in labels.PARTS:
+        if part == "heldout" and not show_heldout:
+            print("\nheld-out misses and false alarms: not listed (never looked at while tuning; --show-heldout lists them)")
+            continue
+        details(part, corpus.part(part), outcomes["losswatch"])
+
+    if replay:
+        time_to_alert(corpus, show_heldout)
+    progress(f"real public logs done in {time.monotonic() - started:.0f} s")
+
+
+def details(part: str, runs: tuple, outcomes: dict) -> None:
+    print(f"\nlosswatch on the {part} part, misses:")
+    for run in runs:
+        o = outcomes[run]
+        for e in o.missed:
+            print(f"  {run.run} {e.tag} {e.kind} @ {e.step}: {e.why}")
+        for e, f in o.found.items():
+            if e.kind == "loss_spike" and f.kind == "loss_spike" and not e.class_right(f.classification):
+                print(f"  {run.run} {e.tag} @ {e.step}: found as {f.classification}, labelled {e.classification}")
+    print(f"\nlosswatch on the {part} part, false alarms (severity, run, tag, kind, step: message):")
+    for run in runs:
+        for f in outcomes[run].false:
+            print(f"  {f.severity} {run.run} {f.tag} {f.kind} @ {f.start_step}: {f.message}")
+
+
+def time_to_alert(corpus, show_heldout: bool) -> None:
+    started = time.monotonic()
+    todo = [(realcurves.read_run(corpus, run), event) for run in corpus.runs for event in run.required]
+    progress(f"live replay of {len(todo)} events, 10 steps per request ...")
+    timings = replay_events(todo, progress)
+    part_of = {(r.run, e): r.part for r in corpus.runs for e in r.required}
+    print("\n## Time to first alert, live (chunks of 10 steps)\n")
+    print("Steps from the labelled onset to the first response carrying a matching alert change; "
+          "`pending` is when a matching alert first waited in pending (not reported today).\n")
+    print("| part | kind | events | told | median | worst | never told | pending: median | pending: worst |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for part in labels.PARTS:
+        mine = [t for t in timings if part_of[(t.event.run, t.event)] == part]
+        for kind in sorted({t.event.kind for t in mine}):
+            ts = [t for t in mine if t.event.kind == kind]
+            told = [t.delay for t in ts if t.delay is not None]
+            pend = [t.pending_delay for t in ts if t.pending_delay is not None]
+            print(f"| {part} | {kind} | {len(ts)} | {len(told)} | {_median(told)} | {max(told) if told else '-'} | "
+                  f"{len(ts) - len(told)} | {_median(pend)} | {max(pend) if pend else '-'} |")
+    for part in labels.PARTS:
+        if part == "heldout" and not show_heldout:
+            continue
+        print(f"\nper event, {part} part (run tag kind @ onset: told after, pending after):")
+        for t in timings:
+            if part_of[(t.event.run, t.event)] == part:
+                print(f"  {t.event.run} {t.event.tag} {t.event.kind} @ {t.event.step}: "
+                      f"{'never' if t.delay is None else t.delay}, {'-' if t.pending_delay is None else t.pending_delay}")
+    progress(f"  replay done in {time.monotonic() - started:.0f} s")
+
+
+def _median(values: list[int]) -> str:
+    return f"{statistics.median(values):g}" if values else "-"
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -75,3 +77,22 @@ def store_url(request, tmp_path):
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'store.db'}"
     return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture
+def hung_filesystem(monkeypatch):
+    """os.pread that does not answer for files whose path contains `slow` (a hung network
+    mount) until the test ends, or `release` is set; reads before byte `block_from` pass.
+    `entered` is set once a read is stuck."""
+    state = {"block_from": 0, "release": threading.Event(), "entered": threading.Event()}
+    real_pread = os.pread
+
+    def pread(fd, size, offset):
+        if "slow" in os.readlink(f"/proc/self/fd/{fd}") and offset >= state["block_from"]:
+            state["entered"].set()
+            state["release"].wait()
+        return real_pread(fd, size, offset)
+
+    monkeypatch.setattr(os, "pread", pread)
+    yield state
+    state["release"].set()

@@ -52,3 +52,17 @@ def test_the_settings_block_names_every_setting_with_its_default():
         for part in key.split("."):
             default = getattr(default, part)
         assert table[name] == default, key
+
+
+def test_every_http_route_is_documented():
+    from fastapi.routing import APIRoute
+
+    from app.service.app import create_app
+    from app.service.settings import Settings
+
+    for route in create_app(Settings(db_url="sqlite://")).routes:
+        if isinstance(route, APIRoute) and route.include_in_schema:
+            # the README writes {run} for a run and {id} for any other identifier
+            path = re.sub(r"\{(\w+?)(:path)?\}", lambda m: "{run}" if m.group(1) == "run" else "{id}", route.path)
+            for method in route.methods - {"HEAD"}:
+                assert f"{method} {path}" in README, (method, path)

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 
 from app.cli import main
-from app.scan import scan
+from app.scan import Reporter, printed, scan
 from app.store.db import open_store
 from tests.eventfiles import record, scalar_event, write_events
 
@@ -223,7 +223,9 @@ def test_two_scans_at_once_never_double_report(store_url, tmp_path):
 
     def one_scan():
         s = open_store(store_url)
-        results.append(scan(s, [str(tmp_path)]))
+        reporter = Reporter.new()
+        results.append(scan(s, [str(tmp_path)], reporter=reporter))  # neither takes over what the other holds
+        printed(s, reporter)
         s.close()
 
     threads = [threading.Thread(target=one_scan) for _ in range(2)]
@@ -264,6 +266,10 @@ def test_kill_9_mid_scan_loses_and_duplicates_nothing(tmp_path):
     engine.dispose()
     assert len(fired) == 14 and all(count == 1 for _, count in fired)  # each NaN run fired exactly once
     assert json.loads(finished.stdout)["summary"]["points"] == total - killed_between[-1][1]
+    # the killed scans printed nothing: the one that finished printed their changes too, first
+    printed = [(c["change"], c["alert"]["run"]) for c in json.loads(finished.stdout)["changes"]]
+    assert sorted(printed) == [("firing", f"run{r:02d}") for r in range(0, 40, 3)]
+    assert "changes committed by an earlier scan that stopped before printing them come first" in finished.stderr.decode()
 
 
 # -- the command ------------------------------------------------------------------------------

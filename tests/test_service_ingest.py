@@ -51,7 +51,7 @@ def test_bad_records_are_rejected_with_where_and_why_and_the_rest_kept(client):
     assert r.json()["accepted"] == 1
     assert r.json()["rejected"] == [
         {"reason": "value must be a number, got true", "line": 2, "json_path": "$.value", "offset": None, "points": None},
-        {"reason": "step must be an integer >= 0, got -1", "line": 3, "json_path": "$.step", "offset": None, "points": None},
+        {"reason": "step must be an integer from 0 to 9007199254740991, got -1", "line": 3, "json_path": "$.step", "offset": None, "points": None},
     ]
     strict = client.post("/v1/runs/a/points?strict=true", content=body, headers={"Content-Type": "application/x-ndjson"})
     assert strict.status_code == 422
@@ -76,10 +76,11 @@ def test_appending_twice_stores_once_and_a_different_value_is_a_rewrite(client):
     again = client.post("/v1/runs/a/points", json=points(range(100))).json()
     assert (again["accepted"], again["duplicates"]) == (0, 100)
     rewrite = client.post("/v1/runs/a/points", json=points(range(50, 60), value=lambda s: 3.0)).json()
-    assert (rewrite["accepted"], rewrite["duplicates"]) == (10, 0)
+    assert (rewrite["accepted"], rewrite["duplicates"], rewrite["replaced"]) == (10, 0, 0)
+    assert rewrite["rollbacks"] == [{"tags": ["train/loss"], "from_step": 99, "to_step": 50}]
     run = client.get("/v1/runs/a").json()
     assert run["points"] == 110
-    assert [(r["from_step"], r["to_step"]) for r in run["rollbacks"]] == [(99, 50)]
+    assert [(r["from_step"], r["to_step"], r["tags"]) for r in run["rollbacks"]] == [(99, 50, ["train/loss"])]
     series = client.get("/v1/runs/a/series", params={"tag": "train/loss", "max_points": 1000}).json()
     assert [p for p in series["points"] if p[1] == 3.0] == [[s, 3.0] for s in range(50, 60)]
     assert series["total"] == 60  # 60..99 of the first write are orphaned by the rewrite
@@ -157,3 +158,100 @@ def test_deferred_analysis_for_busy_runs(store_url):
     with service(store_url, analysis_interval=3600) as c:
         assert c.post("/v1/runs/a/points", json=points(range(10))).json()["analysis"] == "done"
         assert c.post("/v1/runs/a/points", json=points(range(10, 20))).json()["analysis"] == "deferred"
+
+
+def steps_of(client, run, tag="train/loss"):
+    series = client.get(f"/v1/runs/{run}/series", params={"tag": tag, "max_points": 1000}).json()
+    return [(s, v) for s, v in series["points"]]
+
+
+def test_a_late_point_is_kept_and_hides_nothing(client):
+    client.post("/v1/runs/a/points", json=points([20], value=lambda s: 2.0))
+    late = client.post("/v1/runs/a/points", json=points([10], value=lambda s: 2.5)).json()
+    assert (late["accepted"], late["rollbacks"], late["replaced"]) == (1, [], 0)
+    assert steps_of(client, "a") == [(10, 2.5), (20, 2.0)]
+
+
+def test_a_retry_that_fills_a_gap_hides_nothing_after_it(client):
+    client.post("/v1/runs/a/points", json=points([1, 2, 4, 5]))
+    client.post("/v1/runs/a/points", json=points([3]))
+    assert [s for s, _ in steps_of(client, "a")] == [1, 2, 3, 4, 5]
+    assert client.get("/v1/runs/a").json()["rollbacks"] == []
+
+
+def test_a_new_value_at_a_tags_last_step_replaces_it_and_touches_no_other_tag(client):
+    client.post("/v1/runs/a/points", json=[{"step": s, "loss": 2.0, "grad_norm": 1.0} for s in range(1, 21)])
+    fixed = client.post("/v1/runs/a/points", json=[{"step": 20, "grad_norm": 1.5}]).json()
+    assert (fixed["accepted"], fixed["replaced"], fixed["rollbacks"]) == (1, 1, [])
+    assert steps_of(client, "a", "grad_norm")[-1] == (20, 1.5)
+    assert len(steps_of(client, "a", "grad_norm")) == 20
+    assert len(steps_of(client, "a", "loss")) == 20
+
+
+def test_a_rewrite_below_a_tags_last_step_rolls_back_that_tag_only(client):
+    client.post("/v1/runs/a/points", json=[{"step": s, "loss": 2.0, "grad_norm": 1.0} for s in range(1, 21)])
+    corrected = client.post("/v1/runs/a/points", json=[{"step": 10, "grad_norm": 1.5}]).json()
+    assert corrected["rollbacks"] == [{"tags": ["grad_norm"], "from_step": 20, "to_step": 10}]
+    assert [s for s, _ in steps_of(client, "a", "grad_norm")] == list(range(1, 11))
+    assert [s for s, _ in steps_of(client, "a", "loss")] == list(range(1, 21))  # untouched
+    more = client.post("/v1/runs/a/points", json=[{"step": 11, "grad_norm": 1.2}]).json()
+    assert (more["accepted"], more["rollbacks"]) == (1, [])
+    assert steps_of(client, "a", "grad_norm")[-2:] == [(10, 1.5), (11, 1.2)]
+
+
+def test_a_resumed_job_is_one_restart_of_the_tags_it_rewrote(store_url):
+    with service(store_url, analysis_interval=0) as client:
+        client.post("/v1/runs/a/points", json=[{"step": s, "loss": 3.0 - s / 1000, "learning_rate": 1e-3} for s in range(900)])
+        resumed = client.post("/v1/runs/a/points", json=[{"step": s, "loss": 3.1 - s / 1000, "learning_rate": 1e-3} for s in range(500, 600)]).json()
+        # the schedule is the same the second time through: the LR's points are duplicates, not rewrites
+        assert (resumed["accepted"], resumed["duplicates"]) == (100, 100)
+        assert resumed["rollbacks"] == [{"tags": ["loss"], "from_step": 899, "to_step": 500}]
+        assert [s for s, _ in steps_of(client, "a", "loss")] == list(range(600))
+        assert len(steps_of(client, "a", "learning_rate")) == 900
+        restarts = [a for a in client.get("/v1/runs/a/alerts").json() if a["kind"] == "restart"]
+        assert [(a["start_step"], a["state"]) for a in restarts] == [(500, "resolved")]
+
+
+def test_rollback_endpoint_hides_every_tag_from_a_step(client):
+    client.post("/v1/runs/a/points", json=[{"step": s, "loss": 2.0, "grad_norm": 1.0} for s in range(1, 21)])
+    done = client.post("/v1/runs/a/rollback", json={"to_step": 15}).json()
+    assert done["rollbacks"] == [{"tags": [], "from_step": 20, "to_step": 15}]
+    assert [s for s, _ in steps_of(client, "a", "loss")] == list(range(1, 15))
+    assert [s for s, _ in steps_of(client, "a", "grad_norm")] == list(range(1, 15))
+    again = client.post("/v1/runs/a/points", json=[{"step": 15, "loss": 2.0, "grad_norm": 1.0}]).json()
+    assert (again["accepted"], again["duplicates"], again["rollbacks"]) == (2, 0, [])
+    assert client.post("/v1/runs/a/rollback", json={"to_step": 99}).json()["rollbacks"] == []
+    missing = client.post("/v1/runs/nope/rollback", json={"to_step": 1})
+    assert (missing.status_code, missing.json()["error"]["message"]) == (404, "no run 'nope' has been posted")
+
+
+def test_repeats_inside_one_request_are_stored_once(client):
+    body = [{"step": 1, "loss": 2.0}, {"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.0}, {"step": 2, "loss": 1.5}]
+    out = client.post("/v1/runs/a/points", json=body).json()
+    assert (out["accepted"], out["duplicates"]) == (2, 1)
+    assert out["rejected"] == [{"reason": "'loss' has steps posted twice in this request with different values: "
+                                          "the later value is kept", "line": None, "json_path": None, "offset": None, "points": 1}]
+    assert client.get("/v1/runs/a").json()["points"] == 2
+    assert steps_of(client, "a", "loss") == [(1, 2.0), (2, 1.5)]
+
+
+def test_an_overflowing_value_is_a_bad_record_not_infinity(client):
+    body = '[{"step": 1, "loss": 1e400}, {"step": 2, "loss": 1.0}]'
+    out = client.post("/v1/runs/a/points", content=body, headers={"Content-Type": "application/json"}).json()
+    assert out["accepted"] == 1
+    assert out["rejected"][0]["reason"] == "value must be a number, got a number beyond float64's range"
+    assert client.get("/v1/runs/a/alerts").json() == []
+
+
+def test_a_tag_with_invalid_utf8_or_nul_is_rejected_and_the_rest_kept(client):
+    body = b'[{"step": 1, "lo\xffss": 1.0, "loss": 2.0}, {"step": 2, "a\\u0000b": 1.0, "loss": 1.9}]'
+    r = client.post("/v1/runs/a/points", content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 200
+    out = r.json()
+    assert out["accepted"] == 2
+    assert [x["reason"] for x in out["rejected"]] == [
+        "invalid UTF-8",
+        'tag must not contain control characters or invalid UTF-8, got "lo\\udcffss"',
+        'tag must not contain control characters or invalid UTF-8, got "a\\u0000b"',
+    ]
+    assert [t["tag"] for t in client.get("/v1/runs/a").json()["tags"]] == ["loss"]

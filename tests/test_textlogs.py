@@ -273,7 +273,7 @@ def test_wide_row_with_bad_step_or_wall_time_is_dropped_whole() -> None:
     )
     result = read(text)
     assert result.problems == [
-        problem("step must be an integer >= 0, got 1.5", 1, "$[0].step"),
+        problem("step must be an integer from 0 to 9007199254740991, got 1.5", 1, "$[0].step"),
         problem('missing "step"', 1, "$[1]"),
         problem('wall_time must be a number or null, got "noon"', 1, "$[2].wall_time"),
     ]
@@ -455,7 +455,7 @@ def test_csv_problems_use_real_file_lines() -> None:
     assert result.problems == [
         problem('value must be a number, got "abc"', 4, "$.loss"),
         problem('value must be a number, got "two\\nlines"', 4, "$.note"),
-        problem('step must be an integer >= 0, got "-3"', 6, "$.step"),
+        problem('step must be an integer from 0 to 9007199254740991, got "-3"', 6, "$.step"),
         problem("expected 4 cells, got 2", 7),
         problem('value must be a number, got "true"', 8, "$.loss"),
         problem('wall_time must be a number or null, got "x"', 9, "$.wall_time"),
@@ -550,12 +550,12 @@ def test_value_rejections(raw: str, shown: str) -> None:
 )
 def test_step_rejections(raw: str, shown: str) -> None:
     result = read(f'{{"step": {raw}, "tag": "x", "value": 1.0}}\n', fmt="ndjson")
-    assert result.problems == [problem(f"step must be an integer >= 0, got {shown}", 1, "$.step")]
+    assert result.problems == [problem(f"step must be an integer from 0 to 9007199254740991, got {shown}", 1, "$.step")]
     assert len(result.runs["default"]) == 0
 
 
 @pytest.mark.parametrize(
-    ("raw", "step"), [("0", 0), ("10.0", 10), ('"12"', 12), ("9223372036854775807", 2**63 - 1)]
+    ("raw", "step"), [("0", 0), ("10.0", 10), ('"12"', 12), ("9007199254740991", 2**53 - 1)]
 )
 def test_step_acceptance(raw: str, step: int) -> None:
     result = read(f'{{"step": {raw}, "tag": "x", "value": 1.0}}', strict=True)
@@ -579,7 +579,7 @@ def test_point_rejections_report_every_bad_field() -> None:
         problem('tag must be a non-empty string, got ""', 3, "$.points[1].tag"),
         problem('missing "step"', 4, "$.points[2]"),
         problem('missing "tag"', 4, "$.points[2]"),
-        problem("step must be an integer >= 0, got -1", 5, "$.points[3].step"),
+        problem("step must be an integer from 0 to 9007199254740991, got -1", 5, "$.points[3].step"),
         problem("value must be a number, got false", 5, "$.points[3].value"),
         problem('wall_time must be a number or null, got "late"', 5, "$.points[3].wall_time"),
         problem("expected an object, got 7", 6, "$.points[4]"),
@@ -655,8 +655,69 @@ def test_nesting_deeper_than_the_limit_is_a_bad_value() -> None:
 def test_invalid_utf8_is_reported_and_the_rest_read() -> None:
     data = b'{"step": 1, "tag": "x", "value": 1.0}\n{"step": 2, "tag": "\xff", "value": 2.0}\n'
     result = read(data)
-    assert result.problems == [Problem(SOURCE, "invalid UTF-8", offset=58, line=2)]
-    assert len(result.runs["default"]) == 2
+    assert result.problems == [
+        Problem(SOURCE, "invalid UTF-8", offset=58, line=2),
+        problem('tag must not contain control characters or invalid UTF-8, got "\\udcff"', 2, "$.tag"),
+    ]
+    assert same(rows(result), [("x", 1, NAN, 1.0)])
+
+
+def test_invalid_utf8_in_a_csv_header_drops_that_column_only() -> None:
+    result = read(b"step,loss,\xffbad\n1,2.0,3\n")
+    assert result.problems == [
+        Problem(SOURCE, "invalid UTF-8", offset=10, line=1),
+        problem('tag must not contain control characters or invalid UTF-8, got "\\udcffbad"', 2, "$['\\udcffbad']"),
+    ]
+    assert same(rows(result), [("loss", 1, NAN, 2.0)])
+
+
+def test_numbers_beyond_float64_are_bad_values_not_infinity() -> None:
+    text = '[{"step": 1, "loss": 1e400, "lr": "1e999", "gn": Infinity, "scale": "-inf", "n": -1e309}]'
+    result = read(text)
+    assert result.problems == [
+        problem("value must be a number, got a number beyond float64's range", 1, "$[0].loss"),
+        problem('value must be a number, got "1e999"', 1, "$[0].lr"),
+        problem("value must be a number, got a number beyond float64's range", 1, "$[0].n"),
+    ]
+    assert same(rows(result), [("gn", 1, NAN, math.inf), ("scale", 1, NAN, -math.inf)])
+
+
+def test_overflowing_canonical_point_and_wall_time_are_rejected() -> None:
+    text = '{"points": [{"step": 1, "tag": "a", "value": 1e400}, {"step": 2, "tag": "a", "value": 1.0, "wall_time": 1e999}]}'
+    result = read(text)
+    assert result.problems == [
+        problem("value must be a number, got a number beyond float64's range", 1, "$.points[0].value"),
+        problem("wall_time must be a number or null, got a number beyond float64's range", 1, "$.points[1].wall_time"),
+    ]
+    assert rows(result) == []
+
+
+@pytest.mark.parametrize(
+    ("tag", "reason"),
+    [
+        ("a\x00b", 'tag must not contain control characters or invalid UTF-8, got "a\\u0000b"'),
+        ("line\nbreak", 'tag must not contain control characters or invalid UTF-8, got "line\\nbreak"'),
+        ("\ud800", 'tag must not contain control characters or invalid UTF-8, got "\\ud800"'),
+        ("x" * 1025, f'tag must be at most 1024 characters, got "{"x" * 36}...'),
+    ],
+)
+def test_bad_tag_names_reject_their_point(tag: str, reason: str) -> None:
+    text = json.dumps({"points": [{"step": 1, "tag": tag, "value": 1.0}, {"step": 1, "tag": "ok", "value": 2.0}]})
+    result = read(text)
+    assert result.problems == [problem(reason, 1, "$.points[0].tag")]
+    assert same(rows(result), [("ok", 1, NAN, 2.0)])
+
+
+def test_bad_run_name_skips_its_record() -> None:
+    result = read(json.dumps([{"run": "a\u0007", "step": 1, "loss": 1.0}, {"step": 1, "loss": 2.0}]))
+    assert result.problems == [problem('run must not contain control characters or invalid UTF-8, got "a\\u0007"', 1, "$[0].run")]
+    assert same(rows(result), [("loss", 1, NAN, 2.0)])
+
+
+def test_steps_beyond_two_to_the_53_are_rejected() -> None:
+    result = read(json.dumps([{"step": 2**53, "loss": 1.0}, {"step": 2**53 - 1, "loss": 2.0}]))
+    assert result.problems == [problem("step must be an integer from 0 to 9007199254740991, got 9007199254740992", 1, "$[0].step")]
+    assert same(rows(result), [("loss", 2**53 - 1, NAN, 2.0)])
 
 
 def test_utf8_bom_is_ignored() -> None:
@@ -710,8 +771,8 @@ def test_many_points_take_the_array_path() -> None:
 
 point_lists = st.lists(
     st.tuples(
-        st.text(min_size=1, max_size=8),
-        st.integers(min_value=0, max_value=2**63 - 1),
+        st.text(st.characters(exclude_categories=("Cc", "Cs")), min_size=1, max_size=8),
+        st.integers(min_value=0, max_value=2**53 - 1),
         st.one_of(st.none(), st.floats(allow_nan=False)),
         st.floats(),
     ),

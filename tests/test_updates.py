@@ -53,7 +53,7 @@ def test_an_older_analysis_finishing_last_is_dropped(store):
         apply(conn, stored_runs.lock_run(conn, "http", "r", 2.0), newer, [], 2.0)
     assert state(store) == (1100, False, ["nonfinite"])
     with store.write() as conn:
-        assert apply(conn, stored_runs.lock_run(conn, "http", "r", 3.0), older, [], 3.0) == []
+        assert apply(conn, stored_runs.lock_run(conn, "http", "r", 3.0), older, [], 3.0).changes == []
     assert state(store) == (1100, False, ["nonfinite"])  # the NaN alert was not undone
 
 

@@ -2,12 +2,22 @@
 
 The compiled decoder does the per-record work; this module owns the file: it reads in
 chunks (a multi-GB file never sits in memory whole), resumes from a saved offset, turns
-the decoder's findings into `Problem`s and says how the read ended.
+the decoder's findings into `Problem`s and says how the read ended.  A read covers the file
+as it was when opened (what is appended meanwhile is read next time), through
+`app.ingest.files` (regular files only, never blocking, bounded in time).
+
+A file rewritten under the same name (truncated, or replaced by another file) must not be
+read on from the old offset: each read returns a fingerprint of the file's first bytes
+(`head`), and a later read given it checks the file still starts that way and is at least
+as long as the offset, else reads nothing and says the file was rewritten.  Copies that
+keep the bytes (rsync, a `cp` of the same file) keep the fingerprint and are read on.
 """
 
 from __future__ import annotations
 
 import enum
+import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import crc32c
@@ -15,12 +25,14 @@ import numpy as np
 
 from app.ingest import _tfrecord
 from app.ingest.crc import enable_native_crc
+from app.ingest.files import READ_TIMEOUT, ReadTimeout, SafeFile, timed_out
 from app.ingest.points import Points
 from app.ingest.problems import IngestError, Problem
 from app.ingest.restarts import SessionStart
 
 CHUNK_BYTES = 16 << 20  # bounds memory on multi-GB files; larger chunks gain nothing
 MAX_RECORD_BYTES = 256 << 20  # larger than any real event (graphs included): a corrupt length
+HEAD_BYTES = 4096  # the fingerprint covers this much of a file's start (or what was read of it)
 
 enable_native_crc()
 
@@ -31,6 +43,7 @@ class ReadEnd(enum.Enum):
     COMPLETE = "complete"  # every byte read: read again from `end_offset` when it grows
     TRUNCATED = "truncated"  # the last record is incomplete (a writer mid-flush): retry later
     CORRUPT = "corrupt"  # the framing broke at `end_offset`: nothing past it can be read
+    TIMED_OUT = "timed_out"  # a read did not answer in time: read on from `end_offset` next time
 
 
 _ENDS = {_tfrecord.END: ReadEnd.COMPLETE, _tfrecord.TRUNCATED: ReadEnd.TRUNCATED, _tfrecord.CORRUPT: ReadEnd.CORRUPT}
@@ -47,6 +60,9 @@ class EventFileRead:
     end_offset: int  # just after the last complete record: save it with the points
     end: ReadEnd
     problems: list[Problem]
+    size: int = -1  # the file's size when opened (-1: not read from a file)
+    head: str | None = None  # fingerprint of the file's first min(HEAD_BYTES, end_offset) bytes
+    rewritten: str | None = None  # why the file no longer is what was read of it (nothing read then)
 
 
 def read_event_file(
@@ -54,29 +70,61 @@ def read_event_file(
     offset: int = 0,
     tags: _tfrecord.TagTable | None = None,
     chunk_bytes: int = CHUNK_BYTES,
+    *,
+    head: str | None = None,
+    roots: Sequence[str] | None = None,
+    timeout: float = READ_TIMEOUT,
 ) -> EventFileRead:
     """Read the complete records of `path` from `offset` on.
 
     `tags` is the run's tag table: pass the same one for every file of a run, so that
     plugin metadata written once (TF1 style) applies to later files, and tag ids agree.
-    Raises IngestError if the file cannot be opened or read.
+    `head` is the fingerprint the read that reached `offset` returned: when the file no
+    longer matches it, nothing is read and `rewritten` says why.  `roots` and `timeout`:
+    see `app.ingest.files.SafeFile`.  A read that times out after the file was opened keeps
+    what it decoded (end TIMED_OUT, with a problem).  Raises IngestError if the file cannot
+    be opened (or is not a regular file, or is outside `roots`) or times out before any read.
     """
     decoder = _Decoder(path, offset, tags)
     try:
-        with open(path, "rb") as f:
-            decoder.reserve(max(0, _size(f) - offset))
-            size = chunk_bytes
-            while True:
-                f.seek(decoder.pos)
-                data = f.read(size)
-                consumed = decoder.feed(data)
-                if decoder.status == _tfrecord.CORRUPT or len(data) < size:
-                    break
-                if consumed == 0:  # one record larger than the chunk
-                    size *= 2
-    except OSError as e:
-        raise IngestError(Problem(path, f"cannot read event file: {e.strerror or e}", offset=decoder.pos)) from e
-    return decoder.result()
+        with SafeFile(path, roots, timeout, start_bytes=HEAD_BYTES, at=offset) as f:
+            start = f.start
+            why = _rewritten(f.size, start, offset, head)
+            if why:
+                return decoder.result(size=f.size, rewritten=why)
+            decoder.reserve(max(0, f.size - offset))
+            try:
+                _decode(f, decoder, chunk_bytes)
+            except ReadTimeout:
+                decoder.problems.append((decoder.pos, timed_out(timeout)))
+                return decoder.result(size=f.size, head=_fingerprint(start, decoder.pos), end=ReadEnd.TIMED_OUT)
+    except ReadTimeout as e:
+        raise IngestError(Problem(path, timed_out(timeout), offset=offset)) from e
+    return decoder.result(size=f.size, head=_fingerprint(start, decoder.pos))
+
+
+def _decode(f: SafeFile, decoder: _Decoder, chunk_bytes: int) -> None:
+    """Feed the file to the decoder in chunks, up to its size when opened."""
+    size = chunk_bytes
+    while decoder.pos < f.size:
+        data = f.pread(min(size, f.size - decoder.pos), decoder.pos)
+        consumed = decoder.feed(data)
+        if decoder.status == _tfrecord.CORRUPT or len(data) < size:
+            break  # the end of the file as opened (or it shrank meanwhile)
+        if consumed == 0:  # one record larger than the chunk
+            size *= 2
+
+
+def _rewritten(size: int, start: bytes, offset: int, head: str | None) -> str | None:
+    if offset and size < offset:
+        return f"now {size} bytes long, shorter than the {offset} bytes read before"
+    if offset and head is not None and _fingerprint(start, offset) != head:
+        return "its first bytes changed"
+    return None
+
+
+def _fingerprint(start: bytes, read_up_to: int) -> str:
+    return hashlib.blake2b(start[: min(HEAD_BYTES, read_up_to)], digest_size=16).hexdigest()
 
 
 def decode_event_bytes(data: bytes, offset: int, name: str, tags: _tfrecord.TagTable | None = None) -> EventFileRead:
@@ -109,21 +157,21 @@ class _Decoder:
         self.pos += consumed
         return consumed
 
-    def result(self) -> EventFileRead:
+    def result(
+        self, size: int = -1, head: str | None = None, rewritten: str | None = None, end: ReadEnd | None = None
+    ) -> EventFileRead:
         return EventFileRead(
             path=self.path,
             points=_points(self.columns, self.tags),
             starts=[SessionStart(i, s, w, self.path) for i, s, w in self.starts],
             start_offset=self.start,
             end_offset=self.pos,
-            end=_ENDS[self.status],
+            end=end or _ENDS[self.status],
             problems=[Problem(self.path, reason, offset=at) for at, reason in self.problems],
+            size=size,
+            head=head,
+            rewritten=rewritten,
         )
-
-
-def _size(f) -> int:
-    f.seek(0, 2)
-    return f.tell()
 
 
 def _points(columns: _tfrecord.Columns, tags: _tfrecord.TagTable) -> Points:

@@ -4,18 +4,25 @@ A run is a directory holding `events.out.tfevents.*` files, named by its path re
 the logdir ("." for the logdir itself), as TensorBoard names them.  Its files are read in
 name order, each from its own saved byte offset: every file is polled every time, because
 a writer may still be appending to an older file after a newer one appeared.
+
+A file rewritten under the same name (see `app.ingest.events`) makes the whole run be read
+again from the start, with fresh restart state: the run's points are replaced by what its
+files hold now, as TensorBoard shows a reloaded run.  Per-file replacement is not possible
+(stored points do not say which file they came from) and not wanted (the segments of the
+other files depend on the order of everything before them).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from app.ingest import _tfrecord
 from app.ingest.events import EventFileRead, ReadEnd, read_event_file
+from app.ingest.files import READ_TIMEOUT
 from app.ingest.points import Points
 from app.ingest.problems import IngestError, Problem
 from app.ingest.restarts import Rollback, SegmentState, SessionStart, assign_segments
@@ -27,6 +34,8 @@ class FileProgress:
 
     offset: int
     end: ReadEnd
+    size: int = -1  # the file's size when read (-1: unknown, read it again next time)
+    head: str | None = None  # fingerprint of its first bytes: see app.ingest.events
 
 
 @dataclass(frozen=True)
@@ -48,6 +57,7 @@ class Run:
     state: RunState  # pass back in to continue on the next read
     files: dict[str, FileProgress]
     problems: list[Problem] = field(default_factory=list)
+    rewritten: tuple[str, ...] = ()  # a file found rewritten: the run was read again from the start
 
 
 @dataclass(frozen=True, eq=False)
@@ -86,21 +96,26 @@ def read_run(
     files: list[str],
     offsets: Mapping[str, int] | None = None,
     state: RunState | None = None,
+    *,
+    heads: Mapping[str, str | None] | None = None,
+    roots: Sequence[str] | None = None,
+    timeout: float = READ_TIMEOUT,
 ) -> Run:
     """Read what is new in each of a run's files and split it into segments.
 
+    `heads` are the files' fingerprints from the reads that reached `offsets`: a file that
+    no longer matches (rewritten) makes the whole run be read again from the start, and
+    `Run.rewritten` names it.  `roots` and `timeout`: see `app.ingest.files.SafeFile`.
     A file that cannot be read is reported and skipped; the run's other files still are.
     """
-    offsets = offsets or {}
-    state = state or RunState()
+    offsets, heads, state = offsets or {}, heads or {}, state or RunState()
     tags = _tfrecord.TagTable(state.plugins)
-    reads: list[EventFileRead] = []
-    problems: list[Problem] = []
-    for path in files:
-        try:
-            reads.append(read_event_file(path, offsets.get(path, 0), tags))
-        except IngestError as e:
-            problems.extend(e.problems)
+    reads, problems, rewritten = _read_files(files, offsets, heads, tags, roots, timeout)
+    if rewritten:
+        path, why = rewritten
+        state, tags = RunState(), _tfrecord.TagTable()
+        reads, problems, _ = _read_files(files, {}, {}, tags, roots, timeout)
+        problems.insert(0, Problem(path, f"rewritten since it was last read ({why}): the run is read again from the start"))
     parts, sources, starts = [], [], []
     first = 0
     for read in reads:
@@ -117,9 +132,39 @@ def read_run(
         segment=segment,
         rollbacks=tuple(rollbacks),
         state=RunState(segments, tags.known_plugins()),
-        files={r.path: FileProgress(r.end_offset, r.end) for r in reads},
+        files={r.path: FileProgress(r.end_offset, r.end, _size_to_keep(r), r.head) for r in reads},
         problems=problems,
+        rewritten=(rewritten[0],) if rewritten else (),
     )
+
+
+def _read_files(
+    files: list[str],
+    offsets: Mapping[str, int],
+    heads: Mapping[str, str | None],
+    tags: _tfrecord.TagTable,
+    roots: Sequence[str] | None,
+    timeout: float,
+) -> tuple[list[EventFileRead], list[Problem], tuple[str, str] | None]:
+    """Each file's new records; stops at the first file found rewritten, returning it and why."""
+    reads: list[EventFileRead] = []
+    problems: list[Problem] = []
+    for path in files:
+        try:
+            read = read_event_file(path, offsets.get(path, 0), tags, head=heads.get(path), roots=roots, timeout=timeout)
+        except IngestError as e:
+            problems.extend(e.problems)
+            continue
+        if read.rewritten:
+            return reads, problems, (path, read.rewritten)
+        reads.append(read)
+    return reads, problems, None
+
+
+def _size_to_keep(read: EventFileRead) -> int:
+    """The size to compare with next time: unknown after a timeout, so the file is read again
+    even though it has not grown."""
+    return -1 if read.end is ReadEnd.TIMED_OUT else read.size
 
 
 def read_logdir(

@@ -34,6 +34,7 @@ class Rollback:
     wall_time: float | None  # when the first resumed write happened
     segment: int  # the segment the rollback opens
     purge: bool  # announced by a SessionLog.START rather than inferred from the steps
+    tags: tuple[str, ...] = ()  # the tags it rolls back; () for every tag (what files do)
 
 
 @dataclass(frozen=True)

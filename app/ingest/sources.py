@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.ingest.files import not_regular, read_whole, skipped
 from app.ingest.logdir import Run, RunState, is_event_file, read_logdir, read_run
 from app.ingest.points import Points
 from app.ingest.problems import IngestError, Problem
@@ -36,15 +37,24 @@ def read_path(
     if os.path.isdir(path):
         read = read_logdir(path, progress=progress)
         runs, problems = read.runs, list(read.problems)
-    elif os.path.isfile(path):
-        runs, problems = _read_file(path, strict)
     else:
-        raise IngestError(Problem(path, "no such file or directory"))
+        check_file(path)
+        runs, problems = _read_file(path, strict)
     for run in runs.values():
         problems.extend(run.problems)
     if strict and problems:
         raise IngestError(problems)
     return PathRead(runs, problems)
+
+
+def check_file(path: str) -> None:
+    """Raise IngestError unless `path` is a regular file (a FIFO given by name would block)."""
+    try:
+        kind = not_regular(os.stat(path).st_mode)
+    except OSError:
+        raise IngestError(Problem(path, "no such file or directory")) from None
+    if kind:
+        raise IngestError(Problem(path, skipped(kind)))
 
 
 def run_name_for_file(path: str) -> str:
@@ -58,10 +68,7 @@ def _read_file(path: str, strict: bool) -> tuple[dict[str, Run], list[Problem]]:
     if is_event_file(os.path.basename(path)):
         name = Path(path).resolve().parent.name or "."
         return {name: read_run(name, [path])}, []
-    try:
-        data = Path(path).read_bytes()
-    except OSError as e:
-        raise IngestError(Problem(path, f"cannot read file: {e.strerror or e}")) from e
+    data = read_whole(path)
     parsed = parse_text_log(data, source=path, run=run_name_for_file(path), strict=strict)
     return {name: _text_run(name, points, path) for name, points in parsed.runs.items()}, parsed.problems
 

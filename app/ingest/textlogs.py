@@ -48,8 +48,15 @@ filing its points under another name would mix runs.
 
 Numbers: a value or wall time is a JSON number, one of the bare tokens ``NaN``, ``Infinity``,
 ``-Infinity``, or a string holding a number, including ``nan``, ``inf`` and ``infinity`` in any
-case with an optional sign.  NaN and infinities are kept as written.  A step is an integer >= 0;
-an integral number (``10.0``, ``"10"``) is accepted, ``10.5`` is not.
+case with an optional sign.  NaN and infinities are kept as written; only those spellings mean
+them: a number too large for float64 (``1e400``) is a bad value, never +Infinity (which would
+raise a false non-finite alert).  A step is an integer from 0 to 2^53 - 1, the integers every
+JSON reader and float64 hold exactly; an integral number (``10.0``, ``"10"``) is accepted,
+``10.5`` is not.
+
+Names: a tag or run is a non-empty string of at most 1024 characters without control
+characters (U+0000-U+001F, U+007F) and without invalid UTF-8 or lone surrogates (``\ud800``):
+such a name would be stored mangled or not at all, so its point is rejected.
 
 Problems
 --------
@@ -67,17 +74,18 @@ The reasons, word for word (``<v>`` is the offending value written as JSON, cut 
 characters ending in "..." if longer, or "an object" / "a list"):
 
 * ``value must be a number, got <v>``
-* ``step must be an integer >= 0, got <v>``
+* ``step must be an integer from 0 to 9007199254740991, got <v>``
 * ``wall_time must be a number or null, got <v>``
-* ``tag must be a non-empty string, got <v>``
-* ``run must be a non-empty string, got <v>``
+* ``tag must be a non-empty string, got <v>``, ``tag must be at most 1024 characters, got <v>``,
+  ``tag must not contain control characters or invalid UTF-8, got <v>`` (the same for ``run``)
 * ``points must be a list, got <v>`` and ``log_history must be a list, got <v>``
 * ``expected an object, got <v>``
 * ``missing "step"`` (also a wide row without a step key or a CSV row with an empty step cell),
   ``missing "tag"``, ``missing "value"``, ``missing "log_history"``
 * ``invalid JSON: <json message> (column <n>)`` with the line, ``invalid JSON: nested too
   deeply``, ``invalid JSON: number too long`` (an integer of thousands of digits)
-* ``invalid UTF-8`` (with the byte offset), ``invalid CSV: <csv message>``
+* ``invalid UTF-8`` (with the byte offset of the first bad byte; the records it is in are
+  rejected by the rules above, the rest is read), ``invalid CSV: <csv message>``
 * CSV: ``no step column``, ``duplicate column "<name>"``, ``expected <n> cells, got <m>``
 """
 
@@ -109,22 +117,29 @@ MAX_NESTING = 10
 
 Path = tuple[str | int, ...]
 
-_MAX_STEP = int(np.iinfo(np.int64).max)
+MAX_STEP = 2**53 - 1  # exact in float64 and in every JSON reader
+MAX_NAME = 1024
 _JSON_SPACE = " \t\r"  # JSON whitespace within one line
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _NONBLANK = re.compile(r"\S")
-_DIGITS = re.compile(r"\d{1,19}")  # int64 has 19 digits; int() of thousands would raise
+_DIGITS = re.compile(r"\d{1,19}")  # more digits are out of range anyway; int() of thousands would raise
+_BAD_NAME_CHARS = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")  # controls, lone surrogates (invalid UTF-8)
 _NUMBER = re.compile(
     r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf(?:inity)?|nan)", re.IGNORECASE
 )
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_DECODER = json.JSONDecoder()
 
-_STEP_RULE = "step must be an integer >= 0"
+
+class _Token(float):
+    """NaN, Infinity or -Infinity written as a bare JSON token: the only way a JSON number
+    means a non-finite value (a plain float that is infinite overflowed)."""
+
+
+_DECODER = json.JSONDecoder(parse_constant=lambda name: _Token(name))
+
+_STEP_RULE = f"step must be an integer from 0 to {MAX_STEP}"
 _VALUE_RULE = "value must be a number"
 _WALL_TIME_RULE = "wall_time must be a number or null"
-_TAG_RULE = "tag must be a non-empty string"
-_RUN_RULE = "run must be a non-empty string"
 
 
 @dataclass(frozen=True)
@@ -241,7 +256,7 @@ def _decode(reader: _Reader, data: bytes | str) -> str:
         except UnicodeDecodeError as error:
             line = data.count(b"\n", 0, error.start) + 1
             reader.issues.append(_Issue("invalid UTF-8", None, line, offset=error.start))
-            data = data.decode("utf-8", errors="replace")
+            data = data.decode("utf-8", errors="surrogateescape")  # bad bytes stay visible to the name rules
     return data.removeprefix("\ufeff")
 
 
@@ -283,7 +298,7 @@ def _read_document(
 ) -> None:
     """One JSON document: lines are unknown while reading, so they are looked up after."""
     try:
-        document = json.loads(text)
+        document = _DECODER.decode(text)
     except (ValueError, RecursionError) as error:
         reader.issue(_invalid_json(error), None, getattr(error, "lineno", None))
         return
@@ -418,7 +433,12 @@ def _run_name(reader: _Reader, record: dict, path: Path, line: int | None) -> st
     """The run a record names, or None when its "run" is bad: guessing would mix runs."""
     if "run" not in record:
         return reader.default_run
-    return _checked(reader, record, "run", _name, _RUN_RULE, path, line)
+    raw = record["run"]
+    problem = _name_problem(raw, "run")
+    if problem is not None:
+        reader.issue(problem, (*path, "run"), line)
+        return None
+    return raw
 
 
 def _read_run_document(reader: _Reader, document: dict, path: Path, line: int | None) -> None:
@@ -471,11 +491,12 @@ def _add_plain_point(run: _Run, point: dict) -> bool:
     wall_time = point.get("wall_time")
     if (
         type(tag) is str
-        and tag
+        and (tag in run.tags or _name_problem(tag, "tag") is None)
         and type(step) is int
-        and 0 <= step <= _MAX_STEP
+        and 0 <= step <= MAX_STEP
         and type(value) is float
-        and (wall_time is None or type(wall_time) is float)
+        and value - value == 0.0  # finite: a plain float that is not overflowed
+        and (wall_time is None or (type(wall_time) is float and wall_time - wall_time == 0.0))
     ):
         run.add(tag, step, math.nan if wall_time is None else wall_time, value)
         return True
@@ -487,11 +508,16 @@ def _read_point_fields(
 ) -> None:
     fields = []
     for key, convert, rule in _POINT_FIELDS:
-        if key in point:
-            fields.append(_checked(reader, point, key, convert, rule, path, line))
-        else:
+        if key not in point:
             reader.issue(f'missing "{key}"', path, line)
             fields.append(None)
+        elif key == "tag":
+            problem = _name_problem(point[key], "tag")
+            if problem is not None:
+                reader.issue(problem, (*path, key), line)
+            fields.append(None if problem else point[key])
+        else:
+            fields.append(_checked(reader, point, key, convert, rule, path, line))
     wall_time = _optional_wall_time(reader, point, "wall_time", path, line)
     if None not in fields and wall_time is not None:
         step, tag, value = fields
@@ -518,8 +544,9 @@ def _read_row(reader: _Reader, run: _Run, row: dict, path: Path, line: int | Non
         return
     for tag, raw, where in _metrics(row, path, "", 0):
         value = _number(raw)
-        if not tag:
-            reader.issue(f"{_TAG_RULE}, got {_show(tag)}", where, line)
+        problem = None if tag in run.tags else _name_problem(tag, "tag")
+        if problem is not None:
+            reader.issue(problem, where, line)
         elif value is None:
             reader.issue(f"{_VALUE_RULE}, got {_show(raw)}", where, line)
         else:
@@ -579,14 +606,18 @@ def _number(raw: Any) -> float | None:
     """A float, or None: bool is not a number here even though Python says it is an int."""
     kind = type(raw)
     if kind is float:
-        return raw
+        return raw if raw - raw == 0.0 else None  # infinite: overflowed, not written as a token
+    if kind is _Token:
+        return float(raw)
     if kind is int:
         try:
             return float(raw)
         except OverflowError:
             return None
     if kind is str and _NUMBER.fullmatch(raw.strip()):  # float() alone would take "1_0"
-        return float(raw)
+        number = float(raw)
+        overflowed = math.isinf(number) and "inf" not in raw.lower()
+        return None if overflowed else number
     return None
 
 
@@ -594,9 +625,9 @@ def _step(raw: Any) -> int | None:
     if type(raw) is str and _DIGITS.fullmatch(raw.strip()):
         raw = int(raw)  # exactly, where a float would round big steps
     if type(raw) is int:
-        return raw if 0 <= raw <= _MAX_STEP else None
+        return raw if 0 <= raw <= MAX_STEP else None
     number = _number(raw)
-    if number is None or not number.is_integer() or not 0 <= number <= _MAX_STEP:
+    if number is None or not number.is_integer() or not 0 <= number <= MAX_STEP:
         return None
     return int(number)
 
@@ -605,13 +636,20 @@ def _wall_time(raw: Any) -> float | None:
     return math.nan if raw is None else _number(raw)
 
 
-def _name(raw: Any) -> str | None:
-    return raw if type(raw) is str and raw else None
+def _name_problem(raw: Any, what: str) -> str | None:
+    """Why `raw` cannot be a tag or run name (`what`), or None if it can."""
+    if type(raw) is not str or not raw:
+        return f"{what} must be a non-empty string, got {_show(raw)}"
+    if len(raw) > MAX_NAME:
+        return f"{what} must be at most {MAX_NAME} characters, got {_show(raw)}"
+    if _BAD_NAME_CHARS.search(raw):
+        return f"{what} must not contain control characters or invalid UTF-8, got {_show(raw)}"
+    return None
 
 
 _POINT_FIELDS: tuple[tuple[str, Callable[[Any], Any], str], ...] = (
     ("step", _step, _STEP_RULE),
-    ("tag", _name, _TAG_RULE),
+    ("tag", _name_problem, ""),  # names say themselves what is wrong with them
     ("value", _number, _VALUE_RULE),
 )
 
@@ -622,7 +660,13 @@ def _show(raw: Any) -> str:
         return "an object"
     if isinstance(raw, list):
         return "a list"
+    if isinstance(raw, _Token):
+        raw = float(raw)
+    elif type(raw) is float and math.isinf(raw):
+        return "a number beyond float64's range"
     text = json.dumps(raw, ensure_ascii=False)
+    if _BAD_NAME_CHARS.search(text):  # lone surrogates cannot be encoded: escape them
+        text = json.dumps(raw)
     return text if len(text) <= 40 else f"{text[:37]}..."
 
 
@@ -635,6 +679,7 @@ def _format_path(path: Path) -> str:
             parts.append(f".{key}")
         else:
             escaped = key.replace("\\", "\\\\").replace("'", "\\'")
+            escaped = _BAD_NAME_CHARS.sub(lambda m: f"\\u{ord(m.group()):04x}", escaped)  # printable, encodable
             parts.append(f"['{escaped}']")
     return "".join(parts)
 

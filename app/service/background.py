@@ -11,7 +11,7 @@ import time
 import httpx
 
 from app.alerts.webhooks import deliver_due
-from app.ingest.problems import IngestError
+from app.ingest.problems import IngestError, Problem
 from app.scan import scan
 from app.service.metrics import Metrics
 from app.service.settings import Settings
@@ -23,6 +23,17 @@ from app.updates import analyze_now
 log = logging.getLogger("losswatch.background")
 
 TICK = 1.0  # seconds between rounds when nothing wakes the loop
+MAX_PROBLEMS = 20  # a logdir's last_error lists at most this many problems of its last scan
+
+
+def describe(problems: list[Problem]) -> str | None:
+    """A logdir's `last_error`: its last scan's problems, one a line (None: it read everything)."""
+    if not problems:
+        return None
+    lines = [str(p) for p in problems[:MAX_PROBLEMS]]
+    if len(problems) > MAX_PROBLEMS:
+        lines.append(f"... and {len(problems) - MAX_PROBLEMS} more")
+    return "\n".join(lines)
 
 
 class Background:
@@ -57,24 +68,41 @@ class Background:
         now = time.time()
         with self.store.write() as conn:
             due = stored_logdirs.claim_due(conn, now, self.settings.poll_interval)
+            watched = stored_logdirs.list_logdirs(conn) if due else []
         for logdir in due:
             started = time.perf_counter()
-            error = None
-            try:
-                outcome = scan(self.store, [logdir["path"]], config=self.settings.analysis, webhooks=list(self.settings.webhooks))
-                self.metrics.points_ingested.labels(via="logdir").inc(outcome.points)
-                log.info("scanned logdir", extra={"path": logdir["path"], "runs": outcome.runs,
-                                                  "points": outcome.points, "changes": len(outcome.events)})
-            except IngestError as e:
-                error = str(e)
-                log.warning("cannot scan logdir", extra={"path": logdir["path"], "error": error})
+            error = self.poll_one(logdir, watched)
             self.metrics.scan_duration.observe(time.perf_counter() - started)
             with self.store.write() as conn:
                 stored_logdirs.record_scan(conn, logdir["id"], time.time(), error)
+
+    def poll_one(self, logdir: dict, watched: list[dict]) -> str | None:
+        """Scan one logdir with the allowed roots checked again (a directory or file swapped
+        for a symlink since registration is not read); returns what went wrong, for
+        `last_error`.  A logdir inside another watched one (registered before overlaps were
+        refused) is left to that one: its runs would be stored twice."""
+        path = logdir["path"]
+        outer = next((w for w in watched if w["id"] != logdir["id"] and stored_logdirs.contains(w["path"], path)), None)
+        if outer is not None:
+            return f"inside the watched logdir {outer['path']} (id {outer['id']}): not scanned, its runs are scanned there"
+        try:
+            outcome = scan(self.store, [path], config=self.settings.analysis, webhooks=list(self.settings.webhooks),
+                           roots=self.settings.allowed_roots)
+        except IngestError as e:
+            log.warning("cannot scan logdir", extra={"path": path, "error": str(e)})
+            return str(e)
+        self.metrics.points_ingested.labels(via="logdir").inc(outcome.points)
+        log.info("scanned logdir", extra={"path": path, "runs": outcome.runs,
+                                          "points": outcome.points, "changes": len(outcome.events)})
+        if outcome.problems:
+            log.warning("problems in logdir", extra={"path": path, "problems": [str(p) for p in outcome.problems]})
+        return describe(outcome.problems)
 
     def analyse_deferred(self) -> None:
         now = time.time()
         with self.store.read() as conn:
             waiting = stored_runs.dirty_runs(conn, now - self.settings.analysis_interval)
         for run in waiting:
-            analyze_now(self.store, run, self.settings.analysis, self.settings.webhooks, now)
+            applied = analyze_now(self.store, run, self.settings.analysis, self.settings.webhooks, now)
+            if applied.error is not None:
+                log.warning("analysis failed", extra={"source": run.source, "run": run.name, "error": applied.error})

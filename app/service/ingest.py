@@ -1,10 +1,20 @@
 """Points arriving over HTTP: JSON/NDJSON bodies and chunks of TensorBoard event files.
 
-Appending is idempotent: a point whose run, tag, step and value are already stored is
-dropped as a duplicate (a client retrying a request stores nothing twice); a different
-value for a stored step is kept as a rewrite, as after a restart.  Event-file chunks carry
-the byte offset they start at, and the service keeps each file's offset, so a resent chunk
-stores nothing twice either.
+Posted points follow the HTTP rules (README, *Restarts over HTTP*), which never hide what a
+client did not rewrite:
+
+* a (tag, step) not stored yet is stored, also below the tag's last step (a late arrival,
+  a retry filling a gap);
+* the same value again is a duplicate and is dropped (a retried request stores nothing twice);
+* another value at a tag's last stored step replaces it (the later write wins);
+* another value below a tag's last stored step is a resume from a checkpoint: a rollback of
+  the tags rewritten in that request, hiding their earlier writes from that step on (other
+  tags are untouched);
+* `POST /v1/runs/{run}/rollback` rolls every tag back, as a resumed job would announce.
+
+Within one request, of several points at one (tag, step) the last is kept.  Event-file
+chunks follow TensorBoard's rules, as read from a logdir; they carry the byte offset they
+start at, and the service keeps each file's offset, so a resent chunk stores nothing twice.
 """
 
 from __future__ import annotations
@@ -14,12 +24,12 @@ from dataclasses import dataclass, field
 import numpy as np
 from sqlalchemy.engine import Connection
 
-from analyzers.series import current_view
+from analyzers.series import current_view, resume_steps
 from app.ingest import _tfrecord
 from app.ingest.events import decode_event_bytes
 from app.ingest.logdir import RunState
 from app.ingest.points import Points
-from app.ingest.restarts import assign_segments
+from app.ingest.restarts import Rollback, SegmentState, assign_segments
 from app.ingest.textlogs import parse_text_log
 from app.service.errors import ApiError, problem_dict
 from app.service.settings import HTTP_SOURCE, Settings
@@ -28,13 +38,18 @@ from app.store.db import Store
 from app.store.runs import StoredFile, StoredRun
 from app.updates import Reported, analyze_now, due_for_analysis, mark_dirty, store_points
 
+REQUEST = "request"  # the "file" posted points and rollbacks are recorded as coming from
+
 
 @dataclass
 class IngestResult:
     accepted: int = 0
     duplicates: int = 0
+    replaced: int = 0  # of the accepted: new values for a tag's last stored step
     rejected: list[dict] = field(default_factory=list)
-    analysis: str = "none"  # done, deferred (a busy run: analysed in the background), none
+    rollbacks: list[dict] = field(default_factory=list)  # rewrites below a tag's last step
+    analysis: str = "none"  # done, deferred (a busy run: analysed in the background), failed, none
+    analysis_error: str | None = None
     changes: list[Reported] = field(default_factory=list)
     next_offset: int | None = None  # event chunks: where the next chunk of the file starts
     end: str | None = None
@@ -52,16 +67,42 @@ def ingest_json(store: Store, run: str, body: bytes, ndjson: bool, strict: bool,
         return result
     if len(points) > settings.max_points_per_request:
         raise ApiError(413, "too_many_points", f"{len(points)} points in one request; the limit is {settings.max_points_per_request}")
+    points = _last_of_each_step(points, result)
     with store.write() as conn:
         stored = stored_runs.lock_run(conn, HTTP_SOURCE, run, now)
-        fresh = _drop_duplicates(conn, stored, points)
-        result.duplicates = len(points) - len(fresh)
-        result.accepted = len(fresh)
+        triage = _triage(conn, stored, points)
+        fresh = triage.fresh
+        result.duplicates += len(points) - len(fresh)
+        result.accepted, result.replaced = len(fresh), triage.replaced
         if not len(fresh):
             return result
-        segment, rollbacks, segments = assign_segments(fresh, [(0, "request")], state=stored.state.segments)
-        updated = store_points(conn, stored, fresh, segment, tuple(rollbacks), RunState(segments, stored.state.plugins), now)
+        segment, rollbacks, segments = _segments(fresh, triage.rewound, stored.state.segments)
+        result.rollbacks = [{"tags": list(r.tags), "from_step": r.from_step, "to_step": r.to_step} for r in rollbacks]
+        updated = store_points(conn, stored, fresh, segment, rollbacks, RunState(segments, stored.state.plugins), now)
         mark_dirty(conn, updated, now)
+    _assess(store, stored, updated, settings, now, result)
+    return result
+
+
+def rollback(store: Store, run: str, to_step: int, settings: Settings, now: float) -> IngestResult:
+    """Roll every tag of a posted run back to `to_step`, as a job resumed from a checkpoint
+    announces: their writes from `to_step` on are hidden, and later posts there are new.
+    Nothing to hide (`to_step` past the last step) changes nothing."""
+    with store.write() as conn:
+        if not stored_runs.find_runs(conn, run, HTTP_SOURCE):
+            raise ApiError(404, "not_found", f"no run {run!r} has been posted")
+        stored = stored_runs.lock_run(conn, HTTP_SOURCE, run, now)
+        result = IngestResult()
+        if stored.last_step is None or to_step > max(stored.state.segments.max_step.values(), default=-1):
+            return result
+        state = stored.state.segments
+        found = Rollback(max(state.max_step.values()), to_step, REQUEST, now, state.segment + 1, purge=True)
+        maxima = {tag: min(step, to_step - 1) for tag, step in state.max_step.items()}
+        segments = SegmentState(found.segment, maxima)
+        empty = Points.empty()
+        updated = store_points(conn, stored, empty, np.empty(0, np.int32), (found,), RunState(segments, stored.state.plugins), now)
+        mark_dirty(conn, updated, now)
+        result.rollbacks = [{"tags": [], "from_step": found.from_step, "to_step": found.to_step}]
     _assess(store, stored, updated, settings, now, result)
     return result
 
@@ -104,18 +145,53 @@ def _assess(store: Store, before: StoredRun, run: StoredRun, settings: Settings,
     (outside the write lock), unless it was analysed less than `analysis_interval` ago: then
     the background analysis picks it up (bulk loads stay fast; a training loop posting every
     few seconds gets its alerts in the response).  A crash in between loses nothing: the
-    run is still waiting."""
-    if due_for_analysis(before, settings.analysis_interval, now):
-        result.changes = analyze_now(store, run, settings.analysis, settings.webhooks, now)
-        result.analysis = "done"
-    else:
+    run is still waiting.  A failed analysis is said in the answer; the points stay stored."""
+    if not due_for_analysis(before, settings.analysis_interval, now):
         result.analysis = "deferred"
+        return
+    applied = analyze_now(store, run, settings.analysis, settings.webhooks, now)
+    result.changes = applied.changes
+    result.analysis = "done" if applied.error is None else "failed"
+    result.analysis_error = applied.error
 
 
-def _drop_duplicates(conn: Connection, run: StoredRun, points: Points) -> Points:
-    """The points whose (tag, step) is not already stored with the same value."""
+def _last_of_each_step(points: Points, result: IngestResult) -> Points:
+    """Of several points at one (tag, step) in a request, the last: the same value again is a
+    duplicate, another value is superseded, and both are counted in the answer."""
+    n = len(points)
+    order = np.lexsort((np.arange(n), points.step, points.tag))
+    tag, step = points.tag[order], points.step[order]
+    repeated = (tag[1:] == tag[:-1]) & (step[1:] == step[:-1])  # i repeats i + 1's (tag, step)
+    if not repeated.any():
+        return points
+    earlier = order[:-1][repeated]
+    later = order[1:][repeated]
+    same = (points.value[earlier] == points.value[later]) | (np.isnan(points.value[earlier]) & np.isnan(points.value[later]))
+    result.duplicates += int(same.sum())
+    for tag_id in np.unique(points.tag[earlier[~same]]):
+        count = int(np.sum(points.tag[earlier[~same]] == tag_id))
+        result.rejected.append({
+            "reason": f"{points.tags[tag_id]!r} has steps posted twice in this request with different values: "
+                      "the later value is kept", "points": count,
+        })
+    keep = np.ones(n, bool)
+    keep[earlier] = False
+    return Points(points.tags, points.tag[keep], points.step[keep], points.wall_time[keep], points.value[keep])
+
+
+@dataclass(frozen=True)
+class _Triage:
+    """A request's points against what the run holds."""
+
+    fresh: Points  # what to store: new (tag, step)s and new values for stored ones
+    replaced: int  # of fresh: new values at a tag's last stored step
+    rewound: dict[str, tuple[int, int]]  # tag -> (lowest step rewritten below its last, its last step)
+
+
+def _triage(conn: Connection, run: StoredRun, points: Points) -> _Triage:
     keep = np.ones(len(points), bool)
-    resume_to = None  # loaded only if some step is not past what is stored
+    replaced, rewound = 0, {}
+    resumes = None  # loaded only if some step is not past what is stored
     for tag_id, name in enumerate(points.tags):
         mine = np.flatnonzero(points.tag == tag_id)
         if not len(mine):
@@ -127,16 +203,46 @@ def _drop_duplicates(conn: Connection, run: StoredRun, points: Points) -> Points
         writes = stored_runs.load_tag_writes(conn, run.id, name, from_step=int(steps.min()))
         if writes is None:
             continue
-        if resume_to is None:
-            resume_to = {r.segment: r.to_step for r in stored_runs.load_resumes(conn, run.id)}
-        view = current_view(np.zeros(len(writes.step), np.int8), writes.step, writes.segment, resume_to)
+        if resumes is None:
+            resumes = stored_runs.load_resumes(conn, run.id)
+        view = current_view(np.zeros(len(writes.step), np.int8), writes.step, writes.segment, resume_steps(resumes, name))
         known_steps, known_values = writes.step[view], writes.value[view]
+        if not len(known_steps):
+            continue
         order = np.argsort(known_steps)
         known_steps, known_values = known_steps[order], known_values[order]
         at = np.clip(np.searchsorted(known_steps, steps), 0, len(known_steps) - 1)
         found = known_steps[at] == steps
         same = found & ((known_values[at] == values) | (np.isnan(known_values[at]) & np.isnan(values)))
         keep[mine[same]] = False
-    if keep.all():
-        return points
-    return Points(points.tags, points.tag[keep], points.step[keep], points.wall_time[keep], points.value[keep])
+        changed = found & ~same
+        below = changed & (steps < highest)
+        replaced += int(np.sum(changed & ~below))
+        if below.any():
+            rewound[name] = (int(steps[below].min()), int(highest))
+    fresh = points if keep.all() else Points(points.tags, points.tag[keep], points.step[keep], points.wall_time[keep], points.value[keep])
+    return _Triage(fresh, replaced, rewound)
+
+
+def _segments(
+    points: Points, rewound: dict[str, tuple[int, int]], state: SegmentState
+) -> tuple[np.ndarray, tuple[Rollback, ...], SegmentState]:
+    """The segment of each posted point, the rollback of the rewound tags (if any) and the
+    state after: a rewound tag's last step is now its highest step in this request."""
+    maxima = dict(state.max_step)
+    rollbacks: tuple[Rollback, ...] = ()
+    segment_id = state.segment
+    if rewound:
+        segment_id += 1
+        to_step = min(low for low, _ in rewound.values())
+        from_step = max(high for _, high in rewound.values())
+        wall_time = points.wall_time[points.step == to_step]
+        first_time = float(wall_time[0]) if len(wall_time) and np.isfinite(wall_time[0]) else None
+        rollbacks = (Rollback(from_step, to_step, REQUEST, first_time, segment_id, purge=False, tags=tuple(sorted(rewound))),)
+        for name in rewound:
+            maxima.pop(name)
+    for tag_id, name in enumerate(points.tags):
+        steps = points.step[points.tag == tag_id]
+        if len(steps):
+            maxima[name] = max(maxima.get(name, int(steps.max())), int(steps.max()))
+    return np.full(len(points), segment_id, np.int32), rollbacks, SegmentState(segment_id, maxima)

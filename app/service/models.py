@@ -43,12 +43,26 @@ class Rejected(BaseModel):
     points: int | None = None
 
 
+class RollbackDone(BaseModel):
+    tags: list[str] = Field(description="the tags rolled back; empty: every tag")
+    from_step: int = Field(description="the highest step they had reached")
+    to_step: int = Field(description="their writes from this step on, before this request, are hidden")
+
+
+class RollbackBody(BaseModel):
+    to_step: int = Field(ge=0, le=2**53 - 1, description="hide every tag's writes from this step on (the checkpoint resumed from)")
+
+
 class IngestResponse(BaseModel):
     run: str
     accepted: int = Field(description="points stored")
     duplicates: int = Field(0, description="points already stored with the same value, dropped")
+    replaced: int = Field(0, description="of the accepted: new values for a tag's last stored step (the later write wins)")
     rejected: list[Rejected] = Field(description="bad records, each with where and why")
-    analysis: str = Field(description="done: analysed in this request; deferred: the run is busy, analysed in the background; none: nothing new")
+    rollbacks: list[RollbackDone] = Field(default_factory=list, description="rewrites below a tag's last step, treated as a resume")
+    analysis: str = Field(description="done: analysed in this request; deferred: the run is busy, analysed in the background; "
+                                      "failed: the analysis raised (the points are stored; see analysis_error); none: nothing new")
+    analysis_error: str | None = Field(None, description="why the analysis failed")
     alerts: list[AlertChange] = Field(description="alerts that fired, changed or resolved with this request")
     next_offset: int | None = Field(None, description="event chunks: the byte offset the next chunk of this file starts at")
     end: str | None = Field(None, description="event chunks: complete, truncated (a partial last record: resend from next_offset) or corrupt")
@@ -74,6 +88,7 @@ class RunSummary(BaseModel):
     last_step: int | None
     updated_at: float
     open_alerts: dict[str, int] = Field(description="pending and firing alerts by severity")
+    analysis_error: str | None = Field(None, description="why the last analysis of the run failed; null once one succeeds")
     model_config = ConfigDict(json_schema_extra={"example": {
         "source": "http", "name": "gpt-small", "points": 60424, "last_step": 2999, "updated_at": 1764518400.0,
         "open_alerts": {"critical": 1, "warning": 0, "info": 2},

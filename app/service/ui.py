@@ -35,7 +35,7 @@ def build_router() -> APIRouter:
             runs = stored_runs.list_runs(conn)
             counts = stored_alerts.open_counts(conn)
         rows = [{"name": r.name, "source": r.source, "points": r.points, "last_step": r.last_step,
-                 "open_alerts": counts.get(r.id, {})} for r in runs]
+                 "open_alerts": counts.get(r.id, {}), "analysis_error": r.analysis_error} for r in runs]
         rows.sort(key=lambda r: (-r["open_alerts"].get("critical", 0), -r["open_alerts"].get("warning", 0), r["name"]))
         return templates.TemplateResponse(request, "runs.html", {"runs": rows})
 
@@ -49,7 +49,8 @@ def build_router() -> APIRouter:
         charts = sorted(({"tag": t, "role": infer_role(t).value} for t, *_ in tags),
                         key=lambda c: (_ORDER.index(Role(c["role"])), c["tag"]))
         context = {
-            "run": {"name": run.name, "source": run.source, "points": run.points, "last_step": run.last_step, "open_alerts": counts},
+            "run": {"name": run.name, "source": run.source, "points": run.points, "last_step": run.last_step,
+                    "open_alerts": counts, "analysis_error": run.analysis_error},
             "tags": charts,
             "alerts": [alert_view(*row) for row in rows if row[0].inhibited_by is None],
         }

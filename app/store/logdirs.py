@@ -4,10 +4,14 @@ poll time forward, so a logdir is scanned by one process at a time."""
 
 from __future__ import annotations
 
+import os
+
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from app.store.schema import logdirs
+
+_REGISTRATION_LOCK = 0x6C6F6764  # "logd": PostgreSQL advisory lock serialising registrations
 
 
 def add_logdir(conn: Connection, path: str, now: float) -> dict | None:
@@ -16,6 +20,25 @@ def add_logdir(conn: Connection, path: str, now: float) -> dict | None:
         return None
     conn.execute(logdirs.insert().values(path=path, created_at=now, next_poll_at=now))
     return get_logdir(conn, path=path)
+
+
+def lock_registrations(conn: Connection) -> None:
+    """Until the transaction ends, no other registration runs (the overlap check and the
+    insert must see the same logdirs; SQLite's write transaction already serialises them)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _REGISTRATION_LOCK})
+
+
+def overlapping(conn: Connection, path: str) -> list[dict]:
+    """The watched logdirs that hold `path` or lie under it: a run under both would be
+    stored twice, once under each."""
+    return [row for row in list_logdirs(conn)
+            if row["path"] != path and (contains(row["path"], path) or contains(path, row["path"]))]
+
+
+def contains(directory: str, path: str) -> bool:
+    """Whether `path` is `directory` or lies under it (both resolved already)."""
+    return os.path.commonpath([directory, path]) == directory
 
 
 def get_logdir(conn: Connection, *, logdir_id: int | None = None, path: str | None = None) -> dict | None:

@@ -31,6 +31,7 @@ class StoredRun:
     updated_at: float = 0.0
     analyzed_at: float | None = None
     analyzed_points: int | None = None
+    analysis_error: str | None = None  # why the last analysis failed, if it did
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class StoredFile:
     offset: int
     size: int
     end: str
+    head: str | None = None  # fingerprint of the first bytes (app.ingest.events); None: unknown
 
 
 def lock_run(conn: Connection, source: str, name: str, now: float) -> StoredRun:
@@ -56,23 +58,23 @@ def lock_run(conn: Connection, source: str, name: str, now: float) -> StoredRun:
 def known_files(conn: Connection, source: str) -> dict[str, dict[str, StoredFile]]:
     """Run name -> file path -> what was read of it, for every run of a source (one query:
     deciding that a logdir is unchanged costs a stat per file and nothing else)."""
-    query = sa.select(runs.c.name, files.c.path, files.c.offset, files.c.size, files.c.end).join(
+    query = sa.select(runs.c.name, files.c.path, files.c.offset, files.c.size, files.c.end, files.c.head).join(
         files, files.c.run_id == runs.c.id
     ).where(runs.c.source == source)
     out: dict[str, dict[str, StoredFile]] = {}
-    for name, path, offset, size, end in conn.execute(query):
-        out.setdefault(name, {})[path] = StoredFile(offset, size, end)
+    for name, path, offset, size, end, head in conn.execute(query):
+        out.setdefault(name, {})[path] = StoredFile(offset, size, end, head)
     return out
 
 
 def run_files(conn: Connection, run_id: int) -> dict[str, StoredFile]:
-    query = sa.select(files.c.path, files.c.offset, files.c.size, files.c.end).where(files.c.run_id == run_id)
-    return {path: StoredFile(offset, size, end) for path, offset, size, end in conn.execute(query)}
+    query = sa.select(files.c.path, files.c.offset, files.c.size, files.c.end, files.c.head).where(files.c.run_id == run_id)
+    return {path: StoredFile(offset, size, end, head) for path, offset, size, end, head in conn.execute(query)}
 
 
 def save_files(conn: Connection, run_id: int, progress: Mapping[str, StoredFile]) -> None:
     for path, f in progress.items():
-        values = {"offset": f.offset, "size": f.size, "end": f.end}
+        values = {"offset": f.offset, "size": f.size, "end": f.end, "head": f.head}
         updated = conn.execute(
             files.update().where(files.c.run_id == run_id, files.c.path == path).values(**values)
         )
@@ -137,6 +139,11 @@ def delete_points(conn: Connection, run_id: int) -> None:
     conn.execute(rollbacks.delete().where(rollbacks.c.run_id == run_id))
 
 
+def delete_files(conn: Connection, run_id: int) -> None:
+    """Forget how far each of a run's files was read (a run read again from the start)."""
+    conn.execute(files.delete().where(files.c.run_id == run_id))
+
+
 def load_writes(conn: Connection, run_id: int) -> dict[str, TagWrites]:
     """Every stored write of every tag of a run, in write order."""
     query = (
@@ -164,7 +171,7 @@ def add_rollbacks(conn: Connection, run_id: int, found: tuple[Rollback, ...]) ->
             rollbacks.insert(),
             [
                 {"run_id": run_id, "from_step": r.from_step, "to_step": r.to_step, "segment": r.segment,
-                 "file": r.source, "wall_time": r.wall_time, "purge": int(r.purge)}
+                 "file": r.source, "wall_time": r.wall_time, "purge": int(r.purge), "tags": list(r.tags) or None}
                 for r in found
             ],
         )
@@ -172,7 +179,7 @@ def add_rollbacks(conn: Connection, run_id: int, found: tuple[Rollback, ...]) ->
 
 def load_resumes(conn: Connection, run_id: int) -> tuple[Resume, ...]:
     query = sa.select(rollbacks).where(rollbacks.c.run_id == run_id).order_by(rollbacks.c.segment)
-    return tuple(Resume(r.from_step, r.to_step, r.segment, r.wall_time) for r in conn.execute(query))
+    return tuple(Resume(r.from_step, r.to_step, r.segment, r.wall_time, tuple(r.tags or ())) for r in conn.execute(query))
 
 
 def save_run(conn: Connection, run: StoredRun, state: RunState, points: int, last_step: int | None, now: float) -> None:
@@ -266,7 +273,7 @@ def rollback_rows(conn: Connection, run_id: int) -> list[dict]:
     query = sa.select(rollbacks).where(rollbacks.c.run_id == run_id).order_by(rollbacks.c.segment)
     return [
         {"from_step": r.from_step, "to_step": r.to_step, "segment": r.segment, "file": r.file,
-         "wall_time": r.wall_time, "purge": bool(r.purge)}
+         "wall_time": r.wall_time, "purge": bool(r.purge), "tags": r.tags}
         for r in conn.execute(query)
     ]
 
@@ -274,7 +281,7 @@ def rollback_rows(conn: Connection, run_id: int) -> list[dict]:
 def _stored(row) -> StoredRun:
     return StoredRun(
         row.id, row.source, row.name, _state(row.state), row.last_step, row.points, row.updated_at,
-        row.analyzed_at, row.analyzed_points,
+        row.analyzed_at, row.analyzed_points, row.analysis_error,
     )
 
 

@@ -34,6 +34,7 @@ runs = Table(
     Column("dirty_since", Double),  # new points not yet analysed (the service defers busy runs)
     Column("analyzed_at", Double),
     Column("analyzed_points", BigInteger),  # how many points the last applied analysis saw
+    Column("analysis_error", Text),  # why the last analysis failed; null once one succeeds
     UniqueConstraint("source", "name", name="uq_runs_source_name"),
 )
 
@@ -70,6 +71,7 @@ rollbacks = Table(
     Column("file", Text, nullable=False),
     Column("wall_time", Double),
     Column("purge", Integer, nullable=False),
+    Column("tags", JSON),  # the tags it rolls back (a rewrite posted over HTTP); null: every tag
 )
 
 files = Table(
@@ -80,6 +82,7 @@ files = Table(
     Column("offset", BigInteger, nullable=False),
     Column("size", BigInteger, nullable=False),  # file size when last read: unchanged means skip
     Column("end", String(16), nullable=False),
+    Column("head", String(32)),  # fingerprint of the file's first bytes: another means rewritten
 )
 
 alerts = Table(
@@ -115,7 +118,13 @@ alert_events = Table(
     Column("step", BigInteger),
     Column("time", Double, nullable=False),
     Column("message", Text, nullable=False),
+    # A change a `losswatch scan` committed and has not printed yet: which scan, and until when
+    # its claim holds (then, or once that process is gone, the next scan prints it).  NULL once
+    # printed, and for the service's changes (reported in its responses and webhooks).
+    Column("report_by", String(128)),
+    Column("report_lease", Double),
     Index("ix_alert_events_alert", "alert_id"),
+    Index("ix_alert_events_report_by", "report_by"),
 )
 
 deliveries = Table(

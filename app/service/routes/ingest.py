@@ -8,8 +8,8 @@ from fastapi import APIRouter, Path, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from app.service.auth import WRITE
-from app.service.ingest import IngestResult, ingest_events, ingest_json
-from app.service.models import Error, IngestResponse
+from app.service.ingest import IngestResult, ingest_events, ingest_json, rollback
+from app.service.models import Error, IngestResponse, RollbackBody
 from app.service.routes.common import read_body, settings_of, store_of
 
 router = APIRouter(prefix="/v1/runs", tags=["ingest"])
@@ -81,14 +81,29 @@ async def post_events(
     return _response(request, run, result, "events")
 
 
+@router.post(
+    "/{run:path}/rollback", response_model=IngestResponse, responses={**_ERRORS, 404: {"model": Error}},
+    dependencies=[WRITE], summary="Roll every tag of a posted run back to a step (a resume)",
+)
+async def post_rollback(request: Request, body: RollbackBody, run: str = RunName) -> IngestResponse:
+    """Call it when a job resumes from a checkpoint: every tag's writes from `to_step` on are
+    hidden (kept in the store, out of the current view), and the run gets a restart alert.
+    A `to_step` past the run's last step changes nothing (`rollbacks` is empty)."""
+    result = await run_in_threadpool(rollback, store_of(request), run, body.to_step, settings_of(request), time.time())
+    return _response(request, run, result, "json")
+
+
 def _response(request: Request, run: str, result: IngestResult, via: str) -> IngestResponse:
     request.app.state.metrics.points_ingested.labels(via=via).inc(result.accepted)
     return IngestResponse(
         run=run,
         accepted=result.accepted,
         duplicates=result.duplicates,
+        replaced=result.replaced,
         rejected=result.rejected,
+        rollbacks=result.rollbacks,
         analysis=result.analysis,
+        analysis_error=result.analysis_error,
         alerts=[
             {"change": r.event.change.value, "state": r.event.record.state.value, "step": r.event.step,
              "reason": r.event.reason or None, "alert": r.event.record.finding}

@@ -7,6 +7,7 @@ import time
 
 from fastapi import APIRouter, Path, Request, Response
 
+from app.ingest.files import under_roots
 from app.service.auth import READ, WRITE
 from app.service.errors import ApiError
 from app.service.models import Error, Logdir, LogdirBody
@@ -18,19 +19,18 @@ router = APIRouter(prefix="/v1/logdirs", tags=["logdirs"])
 
 def allowed(path: str, roots: tuple[str, ...]) -> str | None:
     """The real path of `path` if it lies under one of `roots` (after resolving `..` and
-    symlinks on both sides), else None."""
+    symlinks on both sides), else None.  Checked again at every poll, for the logdir and
+    each of its files (`app.ingest.files`)."""
     real = os.path.realpath(path)
-    for root in roots:
-        top = os.path.realpath(root)
-        if os.path.commonpath([real, top]) == top:
-            return real
-    return None
+    return real if under_roots(real, roots) else None
 
 
 @router.post("", response_model=Logdir, status_code=201, dependencies=[WRITE],
              responses={403: {"model": Error}, 404: {"model": Error}, 409: {"model": Error}}, summary="Watch a logdir")
 def add(body: LogdirBody, request: Request) -> Logdir:
-    """The poller scans it every `poll_interval` seconds, with the same code as `losswatch scan`."""
+    """The poller scans it every `poll_interval` seconds, with the same code as `losswatch scan`.
+    A logdir that holds a watched one or lies inside one is refused (409): a run under both
+    would be stored twice."""
     settings = settings_of(request)
     if "\x00" in body.path or not os.path.isabs(body.path):
         raise ApiError(422, "invalid_path", "the path must be absolute")
@@ -40,6 +40,17 @@ def add(body: LogdirBody, request: Request) -> Logdir:
     if not os.path.isdir(real):
         raise ApiError(404, "not_found", "no such directory")
     with store_of(request).write() as conn:
+        stored_logdirs.lock_registrations(conn)
+        clash = stored_logdirs.overlapping(conn, real)
+        if clash:
+            other = clash[0]
+            where = "inside" if stored_logdirs.contains(other["path"], real) else "holds"
+            raise ApiError(
+                409, "overlapping_logdir",
+                f"{real} {where} the watched logdir {other['path']} (id {other['id']}): "
+                "a run under both would be stored twice",
+                {"logdir": {"id": other["id"], "path": other["path"]}},
+            )
         row = stored_logdirs.add_logdir(conn, real, time.time())
     if row is None:
         raise ApiError(409, "exists", "that logdir is already watched")

@@ -6,7 +6,7 @@ import numpy as np
 from fastapi import APIRouter, Path, Query, Request
 
 from analyzers.roles import infer_role
-from analyzers.series import current_view
+from analyzers.series import current_view, resume_steps
 from app.downsample import minmax_indices
 from app.ingest.points import json_number
 from app.service.auth import READ
@@ -48,7 +48,7 @@ def series(
         resumes = stored_runs.load_resumes(conn, found.id)
     if writes is None:
         raise ApiError(404, "not_found", f"run {run!r} has no tag {tag!r}")
-    keep = current_view(np.zeros(len(writes.step), np.int8), writes.step, writes.segment, {r.segment: r.to_step for r in resumes})
+    keep = current_view(np.zeros(len(writes.step), np.int8), writes.step, writes.segment, resume_steps(resumes, tag))
     step, value = writes.step[keep], writes.value[keep]
     order = np.argsort(step, kind="stable")
     step, value = step[order], value[order]
@@ -87,5 +87,5 @@ def get_run(request: Request, run: str = RunName, source: str | None = Source) -
 def _summary(run, counts: dict[str, int]) -> RunSummary:
     return RunSummary(
         source=run.source, name=run.name, points=run.points, last_step=run.last_step, updated_at=run.updated_at,
-        open_alerts={s: counts.get(s, 0) for s in ("critical", "warning", "info")},
+        open_alerts={s: counts.get(s, 0) for s in ("critical", "warning", "info")}, analysis_error=run.analysis_error,
     )

@@ -1,0 +1,146 @@
+"""Time to first alert, live: a labelled run is posted into the service's ingest path (the
+same `app.service.ingest.ingest_json` the HTTP endpoint calls, on a SQLite store in a temp
+dir, every request analysed) in chunks of 10 steps, and for each labelled event we record
+the first step at which a response carries a matching alert change.
+
+Real runs are long (the Marian run spans 1.2M updates), so each event is replayed on a
+window: the history before it goes in one request (for a sudden event the 2,000 logged
+points of its tag before it, enough for every baseline; for a trend, divergence, overfitting
+or plateau, the whole run so far, since trends are judged over the run), then 10-step chunks
+from 20 steps before the onset until the alert or a horizon (sudden events: 1,500 steps or
+30 logged points, whichever is longer; trends: the end of the run).  Empty chunks (coarse
+logging) are not posted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from app.ingest.logdir import Run
+from app.ingest.points import json_number
+from app.service.ingest import ingest_json
+from app.service.settings import Settings
+from app.store import alerts as stored_alerts
+from app.store.db import Store, open_store
+from bench.corpus import Event
+
+CHUNK_STEPS = 10
+SUDDEN = {"loss_spike", "grad_norm_explosion", "nonfinite"}
+HISTORY_POINTS = 2000
+LEAD_STEPS = 20
+SUDDEN_HORIZON_STEPS = 1500
+SUDDEN_HORIZON_POINTS = 30
+
+
+@dataclass(frozen=True)
+class Timing:
+    """When a labelled event was first told live: the last step posted when a response first
+    carried a matching change (firing/updated; pending too if it were returned), and when
+    a matching alert first existed in the store waiting in `pending` (never told today)."""
+
+    event: Event
+    told_step: int | None
+    pending_step: int | None
+    posts: int
+
+    @property
+    def delay(self) -> int | None:
+        return None if self.told_step is None else self.told_step - self.event.step
+
+    @property
+    def pending_delay(self) -> int | None:
+        return None if self.pending_step is None else self.pending_step - self.event.step
+
+
+class Replayer:
+    """One temp SQLite store; each event is replayed into a run of its own."""
+
+    def __init__(self, directory: str) -> None:
+        self.store: Store = open_store(f"sqlite:///{Path(directory) / 'replay.db'}")
+        self.settings = Settings(analysis_interval=0.0, background=False)
+        self.clock = 0.0
+        self.replays = 0
+
+    def close(self) -> None:
+        self.store.close()
+
+    def replay(self, run: Run, event: Event) -> Timing:
+        self.replays += 1
+        name = f"{run.name}#{self.replays}"
+        steps, tags, values = _ordered(run)
+        start, live, horizon = _window(steps, tags, values, run.points.tags, event)
+        history = (steps >= start) & (steps < live)
+        if history.any():
+            self._post(name, run.points.tags, steps[history], tags[history], values[history])
+        chunk = np.floor_divide(steps, CHUNK_STEPS)
+        later = np.flatnonzero((steps >= live) & (steps <= horizon))
+        pending_step, posts = None, 0
+        for ids in np.split(later, np.flatnonzero(np.diff(chunk[later])) + 1) if len(later) else []:
+            changes = self._post(name, run.points.tags, steps[ids], tags[ids], values[ids])
+            posts += 1
+            last = int(steps[ids].max())
+            if any(_tells(c.event, event) for c in changes):
+                return Timing(event, last, pending_step, posts)
+            if pending_step is None and self._pending(name, event):
+                pending_step = last
+        return Timing(event, None, pending_step, posts)
+
+    def _post(self, name: str, names: tuple[str, ...], steps: np.ndarray, tags: np.ndarray, values: np.ndarray) -> list:
+        body = json.dumps({"points": [
+            {"step": int(s), "tag": names[t], "value": json_number(float(v))} for s, t, v in zip(steps, tags, values)
+        ]}).encode()
+        self.clock += 1.0
+        return ingest_json(self.store, name, body, False, False, self.settings, self.clock).changes
+
+    def _pending(self, name: str, event: Event) -> bool:
+        with self.store.read() as conn:
+            records = stored_alerts.query_alerts(conn, state="pending", limit=100_000)
+        return any(r.run == name and event.matches(r.kind, r.tag, r.start_step) for r, _, _, _ in records)
+
+
+def _tells(reported, event: Event) -> bool:
+    r = reported.record
+    return reported.change.value in ("firing", "updated", "pending") and event.matches(r.kind, r.tag, r.start_step)
+
+
+def _ordered(run: Run) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    p = run.points
+    order = np.argsort(p.step, kind="stable")
+    return p.step[order], p.tag[order], p.value[order]
+
+
+def _window(steps, tags, values, names: tuple[str, ...], event: Event) -> tuple[int, int, int]:
+    """First step of the history, first live step, last step replayed."""
+    own = steps[tags == names.index(event.tag)]
+    interval = float(np.median(np.diff(own))) if len(own) > 1 else 1.0
+    live = max(int(steps.min()), int(math.floor((event.step - LEAD_STEPS) / CHUNK_STEPS) * CHUNK_STEPS))
+    if event.kind in SUDDEN:
+        before = own[own < live]
+        start = int(before[-HISTORY_POINTS]) if len(before) >= HISTORY_POINTS else int(steps.min())
+        horizon = event.step + int(max(SUDDEN_HORIZON_STEPS, SUDDEN_HORIZON_POINTS * interval))
+    else:
+        start, horizon = int(steps.min()), int(steps.max())
+    return start, live, horizon
+
+
+def replay_events(runs: list[tuple[Run, Event]], progress: Callable[[str], None]) -> list[Timing]:
+    """Every event's timing, in the order given."""
+    timings = []
+    with tempfile.TemporaryDirectory(prefix="losswatch-replay-") as tmp:
+        replayer = Replayer(tmp)
+        try:
+            for i, (run, event) in enumerate(runs, 1):
+                timing = replayer.replay(run, event)
+                told = "not told" if timing.delay is None else f"+{timing.delay} steps"
+                progress(f"replay {i}/{len(runs)}: {run.name} {event.kind} {event.tag} @ {event.step}: {told} ({timing.posts} posts)")
+                timings.append(timing)
+        finally:
+            replayer.close()
+    return timings

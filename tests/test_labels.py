@@ -1,0 +1,75 @@
+"""The labels of the real public logs (bench/labels/reference_runs.json) stay well-formed:
+every labelled run still exists and reads, every event names a valid kind on a tag the run
+has, at a step inside that tag's range, and both parts are there with a fair mix in the
+held-out one.  So the corpus the detectors are judged on cannot rot unnoticed."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+import pytest
+
+from app.ingest.sources import read_path
+from bench import corpus
+
+
+@pytest.fixture(scope="module")
+def labels() -> corpus.Corpus:
+    loaded = corpus.load()
+    if not (loaded.shared_root / "reference-runs").is_dir():
+        pytest.skip(f"reference runs not found under {loaded.shared_root} (shared/ is laid beside the repo)")
+    return loaded
+
+
+@cache
+def _runs(path: str) -> dict:
+    return read_path(path).runs
+
+
+def _tag_steps(labels: corpus.Corpus, run: corpus.LabelledRun) -> dict[str, tuple[int, int]]:
+    runs = _runs(str(labels.shared_root / run.path))
+    assert run.run in runs, f"{run.path} has no run {run.run!r}; it has {sorted(runs)}"
+    p = runs[run.run].points
+    return {name: (int(p.step[p.tag == i].min()), int(p.step[p.tag == i].max())) for i, name in enumerate(p.tags) if np.any(p.tag == i)}
+
+
+def test_every_labelled_run_reads_and_every_label_sits_on_its_curve(labels: corpus.Corpus) -> None:
+    for run in labels.runs:
+        ranges = _tag_steps(labels, run)
+        for event in run.events:
+            assert event.tag in ranges, f"{run.run}: no tag {event.tag!r} (has {sorted(ranges)})"
+            low, high = ranges[event.tag]
+            assert low <= event.step <= high, f"{run.run} {event.tag}: step {event.step} outside {low}..{high}"
+        for span in run.clean:
+            assert span.tag in ranges, f"{run.run}: clean span on missing tag {span.tag!r}"
+            low, high = ranges[span.tag]
+            start = low if span.start is None else span.start
+            end = high if span.end is None else span.end
+            assert low <= start <= end <= high, f"{run.run} {span.tag}: clean span {start}..{end} outside {low}..{high}"
+
+
+def test_runs_are_labelled_once(labels: corpus.Corpus) -> None:
+    keys = [(r.path, r.run) for r in labels.runs]
+    assert len(keys) == len(set(keys))
+
+
+def test_both_parts_hold_runs_and_the_held_out_part_mixes_families_and_kinds(labels: corpus.Corpus) -> None:
+    heldout, tuning = labels.part("heldout"), labels.part("tuning")
+    assert heldout and tuning
+    families = {r.family for r in heldout}
+    assert {"megatron", "word-lm", "marian-nmt"} <= families
+    kinds = {e.kind for r in heldout for e in r.required}
+    assert {"loss_spike", "overfitting", "nonfinite", "divergence"} <= kinds
+    assert any(not r.required for r in heldout), "the held-out part needs a clean run"
+
+
+def test_a_bad_label_is_refused_saying_where(tmp_path) -> None:
+    bad = tmp_path / "labels.json"
+    bad.write_text(
+        '{"about": "", "shared_root": "../shared", "runs": [{"run": "r", "path": "p", "family": "f", "part": "tuning",'
+        ' "about": "", "clean": [], "events": [{"tag": "t", "kind": "loss_blip", "step": 1, "tolerance": 0, "why": "x"}]}]}'
+    )
+    with pytest.raises(corpus.LabelError) as e:
+        corpus.load(bad)
+    assert str(e.value) == "labels.json: runs[0] ('r').events[0]: unknown kind ['loss_blip']"
