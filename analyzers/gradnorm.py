@@ -12,8 +12,10 @@ the norm stays up for hundreds of steps (the 104B run of the domain notes took ~
 to come down), a trailing median rises with it, and a further 10x jump on top is then no
 longer 10x its baseline (issue 10, tests/curves.py `plant_unstable_explosions`).  3x is half
 an order of magnitude: llm.c's healthy GPT-2 norm throws one-step 3-7x blips that fall back at
-the next point, which open a stretch that changes nothing; CPM-Ant's 2.7x level shift at a
-resume opens none.  A norm that rises gradually (8x over a warmup) never opens one
+the next point, which open a stretch that changes nothing.  The cost is a sudden legitimate
+shift: CPM-Ant's daily norm went 0.27 -> 0.75-1.0 at a resume (3.3x) and its level stayed
+0.3 for the 58 days until the norm fell back, so a 3x blip on top would have counted (its
+largest was 7.6x).  A norm that rises gradually (8x over a warmup) never opens a stretch
 (tests/curves.py `move_grad_norm`).  No level before `min_points` (8) values.
 
 Explosion.  A point at least `ratio` (10) times the level: an order of magnitude, the
