@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import types
 import typing
 from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar
@@ -44,6 +45,14 @@ def _number(x: Any) -> Any:
     return _NONFINITE.get(x, x) if isinstance(x, str) else x
 
 
+def _required(hint: Any) -> Any:
+    """`X` of a field typed `X | None` (an open incident that may be absent), else the hint."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return args[0] if len(args) == 1 else hint
+    return hint
+
+
 class StreamState:
     """Base of every detector state (mixed into frozen dataclasses)."""
 
@@ -55,8 +64,10 @@ class StreamState:
         hints = typing.get_type_hints(cls)
         values = {}
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-            raw, hint = data[f.name], hints[f.name]
-            if isinstance(hint, type) and issubclass(hint, StreamState):
+            raw, hint = data[f.name], _required(hints[f.name])
+            if raw is None:
+                values[f.name] = None
+            elif isinstance(hint, type) and issubclass(hint, StreamState):
                 values[f.name] = hint.from_dict(raw)
             elif isinstance(raw, dict) and "dtype" in raw:
                 values[f.name] = np.array([_number(v) for v in raw["values"]], dtype=np.dtype(raw["dtype"]))
@@ -74,24 +85,61 @@ class Streaming(Protocol[S]):
 
 
 def finite_points(step: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The finite points of a piece: what trend statistics are computed on."""
+    """The finite points of a piece: what trend statistics are computed on (the arrays
+    themselves when every point is)."""
     keep = np.isfinite(value)
+    if keep.all():
+        return np.asarray(step, np.int64), np.asarray(value, np.float64)
     return np.asarray(step, np.int64)[keep], np.asarray(value, np.float64)[keep]
 
 
 def feed_in_pieces(
     detector: Streaming[Any], step: np.ndarray, value: np.ndarray, cuts: Sequence[int], tag: str = "",
-    roundtrip: bool = True,
+    roundtrip: bool = True, *, state: Any = None, checks: int = 0,
 ) -> list[Finding]:
     """Feed a series cut at `cuts` (indices), passing the state through `to_dict`/`from_dict`
-    between pieces when `roundtrip`; every closed finding and the last open ones."""
-    state = detector.start()
+    between pieces when `roundtrip`; every closed finding and the last open ones.  `state`:
+    where to start (default `detector.start()`).  With `checks`, at that many piece ends
+    (spread out, the last one included) the findings so far and the state must equal those
+    of feeding the same points at once, or AssertionError says where they differ."""
+    first = detector.start() if state is None else state
+    state = first
     closed: list[Finding] = []
     still_open: list[Finding] = []
-    bounds = [0, *sorted(c for c in cuts if 0 < c < len(step)), len(step)]
+    bounds = [0, *sorted(set(c for c in cuts if 0 < c < len(step))), len(step)]
+    ends = bounds[1:]
+    checked = set(ends[:: max(1, len(ends) // checks)] + ends[-1:]) if checks else set()
     for a, b in zip(bounds, bounds[1:]):
         if roundtrip:  # through JSON text, as a store would keep it
             state = type(state).from_dict(json.loads(json.dumps(state.to_dict(), allow_nan=False)))
         state, done, still_open = detector.feed(state, step[a:b], value[a:b], tag)
         closed += done
+        if b in checked:
+            whole, at_once, open_at_once = detector.feed(first, step[:b], value[:b], tag)
+            where = f"{tag or 'series'} after points 0-{b - 1} in {bounds.index(b)} pieces"
+            assert state.to_dict() == whole.to_dict(), f"{where}: state {state.to_dict()} != {whole.to_dict()}"
+            assert _in_order(closed + still_open) == _in_order(at_once + open_at_once), f"{where}: findings differ"
     return closed + still_open
+
+
+def detect_at_once(detector: Streaming[Any], step: np.ndarray, value: np.ndarray, tag: str, state: Any = None) -> list[Finding]:
+    """A streaming detector's batch answer: every point fed at once, closed findings then open ones."""
+    _, closed, still_open = detector.feed(detector.start() if state is None else state, step, value, tag)
+    return closed + still_open
+
+
+def run_lengths(mask: np.ndarray, carried: int = 0) -> np.ndarray:
+    """Points in a row that are True, ending at each index (`carried` True ones before the
+    first): what a detector counts across pieces ("at the floor for 3 points")."""
+    idx = np.arange(len(mask))
+    last_false = np.maximum.accumulate(np.where(mask, -1, idx))
+    return np.where(last_false < 0, idx + 1 + carried, idx - last_false)
+
+
+def state_size(state: StreamState) -> int:
+    """Characters of a state's JSON form: what stays bounded whatever the run's length."""
+    return len(json.dumps(state.to_dict(), allow_nan=False))
+
+
+def _in_order(findings: list[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: (f.start_step, f.kind.value, f.tag, f.message))
