@@ -40,7 +40,7 @@ def _analyze(run: RunSeries, config: AnalysisConfig) -> list[Finding]:
     findings = (
         spikes
         + explosions
-        + NonFiniteDetector().detect(run)
+        + NonFiniteDetector(config.nonfinite).detect(run)
         + [f for s in run.with_role(Role.LOSS_SCALE) for f in LossScaleDetector(config.loss_scale).detect(s)]
         + trends
         + RestartDetector(config.restarts).detect(run, spikes)

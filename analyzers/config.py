@@ -13,6 +13,7 @@ from typing import Any
 from analyzers.gradnorm import GradNormConfig
 from analyzers.health import HealthConfig
 from analyzers.lossscale import LossScaleConfig
+from analyzers.nonfinite import NonFiniteConfig
 from analyzers.overfitting import OverfittingConfig
 from analyzers.plateau import PlateauConfig
 from analyzers.restarts import RestartConfig
@@ -30,6 +31,7 @@ class AnalysisConfig:
     spikes: SpikeConfig = SpikeConfig()
     grad_norm: GradNormConfig = GradNormConfig()
     loss_scale: LossScaleConfig = LossScaleConfig()
+    nonfinite: NonFiniteConfig = NonFiniteConfig()
     trend: TrendConfig = TrendConfig()
     plateau: PlateauConfig = PlateauConfig()
     overfitting: OverfittingConfig = OverfittingConfig()

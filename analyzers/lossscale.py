@@ -2,24 +2,65 @@
 and doubles after a run of clean steps.  Halving again and again, or sitting at its floor,
 means the run overflows faster than the scaler can absorb (OPT's scale hit its minimum and
 training ground to a halt; a 104B run's scale showed trouble ~1.3k steps before it
-diverged)."""
+diverged).
+
+* Peak: the running maximum of the scale once it has calibrated.  A scaler starts high and
+  halves at once until a step fits (DeepSpeed: 65536 -> 4096 in the first 21 steps of
+  reference-runs-2/ds_gpt2_ptb_fp16; Megatron starts at 2^32): the leading drops before the
+  scale first holds or grows are that calibration, not a collapse.
+* Collapse: the scale `collapse_factor` (64, six halvings) below its peak, or at or below
+  `floor` (1) for `floor_points` (2) points in a row after being above it (critical).  A
+  healthy sawtooth moves one halving below its peak (sample_runs/fp16_overflow: 524288 <->
+  262144); fp16_overflow's collapse reached 8192 (64x) at step 1725 and the floor at 1931.
+* Onset: the first point after the scale was last at its peak (fp16_overflow: 1293, after the
+  skip at 1292 it never got back to 524288).  The collapse lasts until the scale is back at
+  its peak; it is ongoing while the scale is 64x below it or at the floor.
+
+Streaming state: the previous value, the peak, the largest value seen, the floor run, the
+drops since the peak and the open collapse.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from analyzers.findings import Finding, Kind, Severity
 from analyzers.series import Series
+from analyzers.stream import StreamState, detect_at_once, finite_points, run_lengths
 
 
 @dataclass(frozen=True)
 class LossScaleConfig:
-    collapse_factor: float = 2.0**6  # fell this many times below its running maximum
+    collapse_factor: float = 2.0**6  # fell this many times below its running peak
     floor: float = 1.0  # at or below this the scaler has nothing left to give
-    floor_points: int = 2  # points at the floor before it counts as stuck
+    floor_points: int = 2  # points in a row at the floor before it counts as stuck
+
+
+@dataclass(frozen=True)
+class Collapse(StreamState):
+    onset_step: int
+    top: float  # the peak it fell from
+    low_step: int
+    low: float
+    drops: int  # drops from the peak to the low
+    stuck: bool  # sat at the floor
+    last_step: int  # the last point seen, or where it was back at its peak
+    ongoing: bool
+
+
+@dataclass(frozen=True)
+class LossScaleState(StreamState):
+    prev: float | None  # the last finite value
+    calibrating: bool  # no point has held or grown yet
+    peak: float | None  # the running peak since calibration
+    biggest: float | None  # the largest value, calibration included
+    left_step: int | None  # the first point after the last one at the peak (None: at it)
+    drops: int  # drops since the last point at the peak
+    floor_run: int  # points in a row at or below the floor
+    open: Collapse | None
 
 
 class LossScaleDetector:
@@ -27,55 +68,167 @@ class LossScaleDetector:
         self.config = config
 
     def detect(self, series: Series) -> list[Finding]:
-        v, s = series.fvalue, series.fstep
-        if len(v) < 2:
-            return []
+        return detect_at_once(self, series.step, series.value, series.tag)
+
+    def start(self) -> LossScaleState:
+        return LossScaleState(
+            prev=None, calibrating=True, peak=None, biggest=None, left_step=None, drops=0, floor_run=0, open=None
+        )
+
+    def feed(
+        self, state: LossScaleState, step: np.ndarray, value: np.ndarray, tag: str = ""
+    ) -> tuple[LossScaleState, list[Finding], list[Finding]]:
+        t, x = finite_points(step, value)
+        if not len(x):
+            return state, [], [self._finding(tag, state.open)] if state.open else []
         c = self.config
-        peak = np.maximum.accumulate(v)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            collapsed = np.flatnonzero(v * c.collapse_factor <= peak)
-        at_floor = np.flatnonzero(v <= c.floor)
-        stuck = len(at_floor) >= c.floor_points and at_floor[0] > 0 and v[0] > c.floor
-        if not len(collapsed) and not stuck:
-            return []
-        low = int(np.argmin(v))
-        top = int(np.argmax(v[: low + 1]))
-        halvings = int(np.sum(np.diff(v[top : low + 1]) < 0))
-        first_drop = _first_permanent_drop(v, top, low)
-        fall = float(v[top] / v[low]) if v[low] > 0 else math.inf
-        severity = Severity.CRITICAL if stuck else Severity.WARNING
-        where = f"its floor {float(v[low]):g}" if stuck else f"{float(v[low]):g}"
-        return [
-            Finding(
-                kind=Kind.LOSS_SCALE_COLLAPSE,
-                tag=series.tag,
-                severity=severity,
-                start_step=int(s[first_drop]),
-                peak_step=int(s[low]),
-                end_step=int(s[-1]),
-                peak_value=float(v[low]),
-                baseline=float(v[top]),
-                ratio=float(v[low] / v[top]) if v[top] else None,
-                ongoing=bool(v[-1] <= c.floor or v[-1] * c.collapse_factor <= v.max()),
-                message=(
-                    f"{series.tag} fell from {float(v[top]):g} to {where} by step {int(s[low])} "
-                    f"({halvings} drops, {math.log2(fall) if math.isfinite(fall) else math.inf:.0f} halvings' worth): "
-                    "fp16 overflows on most steps"
-                ),
-                remediation=(
-                    "fp16 is overflowing: train in bf16 if the hardware has it, or keep the overflowing "
-                    "op (often attention softmax or a large activation) in fp32; lower the learning rate "
-                    f"and roll back to before step {int(s[first_drop])} if the loss is already affected."
-                ),
-                evidence={"drops": halvings, "stuck_at_floor": bool(stuck)},
-            )
-        ]
+        with np.errstate(invalid="ignore", over="ignore"):
+            peak, ref, calibrating = self._peaks(state, x)
+            at_ref = x >= ref
+            collapsed = (x * c.collapse_factor <= peak) & (x < peak)  # a scale of 0 has not fallen from 0
+            low = x <= c.floor
+        marks = _Marks(state, x, t, at_ref)
+        floor_run = run_lengths(low, state.floor_run) if state.floor_run or low.any() else np.zeros(len(x), np.int64)
+        stuck = floor_run >= c.floor_points
+        if stuck.any():  # at the floor, after being above it
+            above = x > c.floor
+            first_above = int(np.argmax(above)) if above.any() else len(x)
+            stuck &= (state.biggest is not None and state.biggest > c.floor) | (np.arange(len(x)) >= first_above)
+        bad = collapsed | stuck
+        current, closed = state.open, []
+        if current is not None or bad.any():
+            current, closed = self._collapses(current, x, t, ref, marks, bad, at_ref & ~bad, stuck)
+        if current is not None:
+            current = replace(current, ongoing=bool(collapsed[-1] or low[-1]))
+        new_state = LossScaleState(
+            prev=float(x[-1]),
+            calibrating=calibrating,
+            peak=None if np.isnan(peak[-1]) else float(peak[-1]),
+            biggest=float(x.max()) if state.biggest is None else max(state.biggest, float(x.max())),
+            left_step=None if at_ref[-1] else marks.left(len(x) - 1),
+            drops=marks.since(len(x) - 1),
+            floor_run=int(floor_run[-1]),
+            open=current,
+        )
+        return (
+            new_state,
+            [self._finding(tag, e) for e in closed],
+            [self._finding(tag, current)] if current else [],
+        )
+
+    @staticmethod
+    def _peaks(state: LossScaleState, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+        """The running peak at each point (NaN while calibrating); what a point is compared
+        with to tell whether it is back at the top (the peak, or while calibrating the
+        largest value so far); and whether the scale is still calibrating after these points."""
+        n = len(x)
+        if not state.calibrating:
+            peak = np.maximum.accumulate(np.maximum(x, state.peak))
+            return peak, peak, False
+        before = np.nan if state.prev is None else state.prev
+        holds = np.empty(n, bool)
+        holds[0] = x[0] >= before
+        holds[1:] = x[1:] >= x[:-1]
+        h = int(np.argmax(holds)) if holds.any() else n  # the first point that holds or grows
+        start = max(h - 1, 0) if h < n else n
+        peak = np.full(n, np.nan)
+        peak[start:] = np.maximum.accumulate(np.maximum(x[start:], x[h - 1] if h else before))
+        ref = peak.copy()
+        ref[:start] = np.maximum.accumulate(np.maximum(x[:start], -np.inf if state.biggest is None else state.biggest))
+        return peak, ref, h == n
+
+    @staticmethod
+    def _collapses(
+        current: Collapse | None,
+        x: np.ndarray,
+        t: np.ndarray,
+        ref: np.ndarray,
+        marks: _Marks,
+        bad: np.ndarray,
+        back: np.ndarray,
+        stuck: np.ndarray,
+    ) -> tuple[Collapse | None, list[Collapse]]:
+        """Collapses open where the scale is collapsed and close where it is back at its peak."""
+        closed = []
+        pos, n = 0, len(x)
+        while pos < n:
+            if current is None:
+                opens = np.flatnonzero(bad[pos:])
+                if not len(opens):
+                    break
+                pos += int(opens[0])
+                current = Collapse(
+                    onset_step=marks.left(pos), top=float(ref[pos]), low_step=int(t[pos]), low=float(x[pos]),
+                    drops=marks.since(pos), stuck=False, last_step=int(t[pos]), ongoing=True,
+                )
+            ends = np.flatnonzero(back[pos:])
+            end = pos + int(ends[0]) if len(ends) else n
+            if end > pos:
+                lowest = pos + int(np.argmin(x[pos:end]))
+                if x[lowest] < current.low:
+                    current = replace(current, low_step=int(t[lowest]), low=float(x[lowest]), drops=marks.since(lowest))
+                current = replace(current, stuck=current.stuck or bool(stuck[pos:end].any()), last_step=int(t[end - 1]))
+            if end == n:
+                break
+            closed.append(replace(current, last_step=int(t[end]), ongoing=False))
+            current, pos = None, end
+        return current, closed
+
+    def _finding(self, tag: str, e: Collapse) -> Finding:
+        fall = e.top / e.low if e.low > 0 else math.inf
+        where = f"its floor {e.low:g}" if e.stuck else f"{e.low:g}"
+        return Finding(
+            kind=Kind.LOSS_SCALE_COLLAPSE,
+            tag=tag,
+            severity=Severity.CRITICAL if e.stuck else Severity.WARNING,
+            start_step=e.onset_step,
+            peak_step=e.low_step,
+            end_step=e.last_step,
+            peak_value=e.low,
+            baseline=e.top,
+            ratio=e.low / e.top if e.top else None,
+            ongoing=e.ongoing,
+            message=(
+                f"{tag} fell from {e.top:g} to {where} by step {e.low_step} "
+                f"({e.drops} drops, {math.log2(fall) if math.isfinite(fall) else math.inf:.0f} halvings' worth): "
+                "fp16 overflows on most steps"
+            ),
+            remediation=(
+                "fp16 is overflowing: train in bf16 if the hardware has it, or keep the overflowing "
+                "op (often attention softmax or a large activation) in fp32; lower the learning rate "
+                f"and roll back to before step {e.onset_step} if the loss is already affected."
+            ),
+            evidence={"drops": e.drops, "stuck_at_floor": e.stuck},
+        )
 
 
-def _first_permanent_drop(v: np.ndarray, top: int, low: int) -> int:
-    """Where the collapse starts: the first drop after which the scale never again reaches
-    the value it fell from (the overflows before it were absorbed, as designed)."""
-    later_max = np.maximum.accumulate(v[::-1])[::-1]  # later_max[i] = max(v[i:])
-    before, after = v[top:low], v[top + 1 : low + 1]
-    permanent = np.flatnonzero((after < before) & (later_max[top + 1 : low + 1] < before))
-    return top + 1 + int(permanent[0]) if len(permanent) else low
+class _Marks:
+    """Where the scale was last at its peak, and how often it dropped since, at any point of
+    one feed (looked up only where a collapse needs them)."""
+
+    def __init__(self, state: LossScaleState, x: np.ndarray, t: np.ndarray, at_ref: np.ndarray) -> None:
+        self.state, self.t = state, t
+        self.refs = np.flatnonzero(at_ref)
+        first_drop = state.prev is not None and x[0] < state.prev
+        self.drops = np.flatnonzero(x[1:] < x[:-1]) + 1
+        if first_drop:
+            self.drops = np.insert(self.drops, 0, 0)
+
+    def _last_ref(self, i: int) -> int:
+        j = int(np.searchsorted(self.refs, i, side="right")) - 1
+        return int(self.refs[j]) if j >= 0 else -1
+
+    def left(self, i: int) -> int:
+        """The first point after the last one at the peak, up to point i."""
+        last = self._last_ref(i)
+        if last >= 0:
+            return int(self.t[min(last + 1, i)])
+        return self.state.left_step if self.state.left_step is not None else int(self.t[0])
+
+    def since(self, i: int) -> int:
+        """Drops after the last point at the peak, up to point i."""
+        last = self._last_ref(i)
+        upto = int(np.searchsorted(self.drops, i, side="right"))
+        if last >= 0:
+            return upto - int(np.searchsorted(self.drops, last, side="right"))
+        return self.state.drops + upto

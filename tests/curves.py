@@ -312,6 +312,88 @@ def eval_corpus(seed: int = 0) -> list[Curve]:
     return corpus
 
 
+def plant_unstable_explosions(curve: Curve, at: int, rng: np.random.Generator, *, above_ten: bool) -> None:
+    """Issue 10's missed explosions: the grad norm jumps 15-100x at `at` and the loss diverges
+    a step later; the norm then stays elevated and noisy (3-5x its calm level, or 20-40x with
+    `above_ten`) and jumps again 30-150 points later: to 20-100x its calm level, or 12-60x
+    over the elevated level.  A trailing median has risen to the elevated level by then."""
+    grad = curve.tags["train/grad_norm"]
+    n = len(grad)
+    calm = float(np.median(grad[max(0, at - 32) : at]))
+    again = at + int(rng.integers(30, 150))
+    end = min(n, again + 60)
+    level = rng.uniform(20, 40) if above_ten else rng.uniform(3, 5)
+    grad[at:end] = calm * level * np.exp(0.15 * rng.standard_normal(end - at))
+    grad[at : at + int(rng.integers(1, 4))] = calm * 10 ** rng.uniform(1.2, 2.0)
+    jump = level * 10 ** rng.uniform(1.1, 1.8) if above_ten else 10 ** rng.uniform(1.3, 2.0)
+    grad[again : again + int(rng.integers(1, 4))] = calm * jump
+    curve.truth += [
+        Truth(Kind.GRAD_NORM_EXPLOSION, "train/grad_norm", int(curve.steps[at])),
+        Truth(Kind.GRAD_NORM_EXPLOSION, "train/grad_norm", int(curve.steps[again])),
+    ]
+    plant_spike(curve, at + 1, SpikeClass.DIVERGENT, rng)
+
+
+def plant_fp16(curve: Curve, rng: np.random.Generator, nan_at: int | None = None) -> None:
+    """fp16 dynamic loss scaling, one scaler step per logged point: the scale starts at 65536,
+    calibrates by four overflow skips (DeepSpeed's 65536 -> 4096 in the first 21 steps), doubles
+    after 250 clean points and halves at each overflow skip (the grad norm is +Inf there), one
+    every 300-900 points.  With `nan_at`: from 150-400 points before it the run overflows every
+    10-50 points, the loss and grad norm turn NaN at `nan_at` (finite once more right after, as
+    in sample_runs/fp16_overflow) and stay so, and the scale halves every step to its floor 1.
+
+    Truth: each overflow skip (info) and the NaN onset on both tags are `nonfinite`; the
+    collapse starts where the scale left its peak for the last time."""
+    grad = curve.tags["train/grad_norm"]
+    n = len(grad)
+    drift = n if nan_at is None else nan_at - int(rng.integers(150, 400))
+    skips = {0, 4, 9, 20}
+    at = 20 + int(rng.integers(300, 900))
+    while at < drift:
+        skips.add(at)
+        at += int(rng.integers(300, 900))
+    if nan_at is not None:
+        at = max(drift, max(skips) + 4)
+        while at < nan_at - 4:
+            skips.add(at)
+            at += int(rng.integers(10, 50))
+    scale = np.empty(n)
+    value, clean = 65536.0, 0
+    for i in range(n):
+        scale[i] = value
+        if nan_at is not None and i >= nan_at:
+            value = max(1.0, value / 2)
+        elif i in skips:
+            value, clean = value / 2, 0
+        else:
+            clean += 1
+            if clean == 250:
+                value, clean = value * 2, 0
+    grad[sorted(skips)] = np.inf
+    for i in sorted(skips):
+        curve.truth.append(Truth(Kind.NONFINITE, "train/grad_norm", int(curve.steps[i])))
+    if nan_at is not None:
+        for tag in ("train/loss", "train/grad_norm"):
+            curve.tags[tag][nan_at] = np.nan
+            curve.tags[tag][nan_at + 2 :] = np.nan
+            curve.truth.append(Truth(Kind.NONFINITE, tag, int(curve.steps[nan_at])))
+        held = scale[1:nan_at]  # the calibration ends where the scale first holds (point 1 to 2)
+        left = 1 + int(np.flatnonzero(held == held.max())[-1]) + 1
+        curve.truth.append(Truth(Kind.LOSS_SCALE_COLLAPSE, "train/loss_scale", int(curve.steps[left])))
+    curve.tags["train/loss_scale"] = scale
+
+
+def move_grad_norm(curve: Curve, rng: np.random.Generator) -> None:
+    """A healthy grad norm that moves: it rises 8x during the LR warmup (the norm grows with
+    the LR), then shifts by 3.5x up or 0.3x down at once at 60% of the run (a batch-size
+    change on resume, like CPM-Ant's 2.7x) and stays there."""
+    grad = curve.tags["train/grad_norm"]
+    n = len(grad)
+    warm = max(8, int(0.03 * n))
+    grad[:warm] *= np.linspace(0.125, 1.0, warm)
+    grad[int(0.6 * n) :] *= 3.5 if rng.random() < 0.5 else 0.3
+
+
 def labelled_corpus(seed: int = 0) -> list[Curve]:
     """Clean curves of every shape, and the same shapes with planted patterns."""
     rng = np.random.default_rng(seed)
@@ -355,6 +437,39 @@ def labelled_corpus(seed: int = 0) -> list[Curve]:
             up.name = up.name.replace("clean", "rising")
             plant_divergence(up, int(0.6 * len(up.steps)))
             corpus.append(up)
+    return corpus + grad_norm_corpus(seed)
+
+
+def grad_norm_corpus(seed: int = 0) -> list[Curve]:
+    """Issue 10's grad-norm and fp16 cases on four shapes: explosions during instability,
+    fp16 overflow skips before a NaN, and healthy grad norms that move (which must stay quiet).
+    Its own random stream, so the curves above do not change with it."""
+    rng = np.random.default_rng(seed + 7)
+    corpus = []
+    shapes = [
+        dict(interval=1, noise=0.02), dict(interval=10, noise=0.02), dict(interval=1, noise=0.01, bf16=True),
+        dict(interval=100, noise=0.02, points=1500),
+    ]
+    for i, shape in enumerate(shapes):
+        for rep in range(3):
+            base = 50_000 + 1000 * i + 10 * rep
+            for k, above_ten in enumerate((False, True)):
+                curve = clean_curve(seed + base + k, **shape)
+                curve.name = curve.name.replace("clean", "unstable-explosions" + ("-high" if above_ten else ""))
+                plant_unstable_explosions(curve, int(rng.uniform(0.3, 0.6) * len(curve.steps)), rng, above_ten=above_ten)
+                corpus.append(curve)
+            healthy = clean_curve(seed + base + 2, **shape)
+            healthy.name = healthy.name.replace("clean", "fp16")
+            plant_fp16(healthy, rng)
+            corpus.append(healthy)
+            nan = clean_curve(seed + base + 3, **shape)
+            nan.name = nan.name.replace("clean", "fp16-nan")
+            plant_fp16(nan, rng, nan_at=int(rng.uniform(0.6, 0.9) * len(nan.steps)))
+            corpus.append(nan)
+            moving = clean_curve(seed + base + 4, **shape)
+            moving.name = moving.name.replace("clean", "clean-moving-grad-norm")
+            move_grad_norm(moving, rng)
+            corpus.append(moving)
     return corpus
 
 
@@ -386,7 +501,10 @@ class Score:
         return self.classified_right / self.classified if self.classified else 1.0
 
 
-SCORED = (Kind.LOSS_SPIKE, Kind.GRAD_NORM_EXPLOSION, Kind.NONFINITE, Kind.DIVERGENCE, Kind.OVERFITTING, Kind.PLATEAU)
+SCORED = (
+    Kind.LOSS_SPIKE, Kind.GRAD_NORM_EXPLOSION, Kind.NONFINITE, Kind.LOSS_SCALE_COLLAPSE, Kind.DIVERGENCE, Kind.OVERFITTING,
+    Kind.PLATEAU,
+)
 
 
 def tolerance(kind: Kind, interval: int, points: int) -> int:
