@@ -48,7 +48,7 @@ class BaselineConfig:
 
 class Baseline:
     """The baseline of finite `values` (sorted by step).  The level is computed at once,
-    the rest when first asked for (the grad-norm detector needs only the level)."""
+    the rest when first asked for."""
 
     def __init__(self, values: np.ndarray, config: BaselineConfig = BaselineConfig()) -> None:
         self.values, self.config = values, config
