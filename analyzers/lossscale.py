@@ -134,7 +134,10 @@ class LossScaleDetector:
         peak = np.full(n, np.nan)
         peak[start:] = np.maximum.accumulate(np.maximum(x[start:], x[h - 1] if h else before))
         ref = peak.copy()
-        ref[:start] = np.maximum.accumulate(np.maximum(x[:start], -np.inf if state.biggest is None else state.biggest))
+        # up to the first point that holds, a point is back at the top only against the largest
+        # value so far: the point before it turns out to be the peak only once the next one is
+        # seen, and a stream that saw that point in an earlier piece could not revise it
+        ref[:h] = np.maximum.accumulate(np.maximum(x[:h], -np.inf if state.biggest is None else state.biggest))
         return peak, ref, h == n
 
     @staticmethod

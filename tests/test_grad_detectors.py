@@ -320,3 +320,11 @@ def test_a_loss_scale_of_zero_from_the_start_is_not_a_collapse_in_any_split():
     step, value = np.arange(3), np.zeros(3)
     assert feed_in_pieces(LossScaleDetector(), step, value, [1], "scale", checks=2) == []
     assert feed_in_pieces(LossScaleDetector(), step, value, [], "scale") == []
+
+
+def test_the_point_before_the_scale_first_holds_is_judged_the_same_in_any_split():
+    """Found by the split property: calibration ends where the scale first holds, and the
+    point before it was called back at the peak in one pass but not in two pieces."""
+    value = np.array([-np.inf, 1e30, 0.5, 0.0, 2.0, 516.885, 0.5, np.inf, 65536.0, 1.0])
+    once = feed_in_pieces(LossScaleDetector(), np.arange(10), value, [], "scale")
+    assert feed_in_pieces(LossScaleDetector(), np.arange(10), value, [4, 7, 8], "scale", checks=4) == once
