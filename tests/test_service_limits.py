@@ -5,6 +5,7 @@ and small requests still go through."""
 from __future__ import annotations
 
 import threading
+import time
 
 import httpx
 import pytest
@@ -31,17 +32,24 @@ def test_a_claim_takes_one_slot_once_and_gives_it_back():
 
 def test_a_large_post_beyond_the_slots_is_503_in_a_real_server(tmp_path):
     with server_process(f"sqlite:///{tmp_path / 'store.db'}", "--max-heavy-requests", "1") as (base, _):
-        release, answers = threading.Event(), []
+        release, sent, answers = threading.Event(), threading.Event(), []
+        head = b"[" + b" " * (2 << 20)
 
         def slow_body():
-            yield b"[" + b" " * (2 << 20)  # past 1 MiB: this request takes the slot
+            yield head  # a declared size past 1 MiB: this request takes the slot at once
+            sent.set()
             release.wait(60)
             yield b"]"
 
+        # the holder goes first: a probe racing it could take the slot and turn it away
+        headers = {**J, "Content-Length": str(len(head) + 1)}
         holder = threading.Thread(target=lambda: answers.append(
-            httpx.post(f"{base}/v1/runs/big/points", content=slow_body(), headers=J, timeout=90)))
+            httpx.post(f"{base}/v1/runs/big/points", content=slow_body(), headers=headers, timeout=90)))
         holder.start()
         try:
+            assert sent.wait(30)
+            time.sleep(0.5)  # for the server to read the headers it has been sent
+
             def refused():
                 r = httpx.post(f"{base}/v1/runs/other/points", content=b"[" + b" " * (2 << 20) + b"]", headers=J, timeout=30)
                 return r if r.status_code == 503 else None
