@@ -45,7 +45,7 @@ import numpy as np
 from analyzers.baseline import DIFF_MAD_TO_SIGMA
 from analyzers.findings import Finding, Kind, Severity
 from analyzers.series import Series
-from analyzers.stream import StreamState
+from analyzers.stream import StreamState, detect_at_once
 from analyzers.trend import BlockState, cut_blocks, empty_blocks
 
 
@@ -109,8 +109,7 @@ class EvalRiseDetector:
         return EvalRiseState(empty_blocks(), nan, math.inf, -1, np.zeros(0), none, 0, False, 0, 0, nan, nan, -1, nan, -1)
 
     def detect(self, series: Series) -> list[Finding]:
-        _, closed, still_open = self.feed(self.start(), series.step, series.value, series.tag)
-        return closed + still_open
+        return detect_at_once(self, series.step, series.value, series.tag)
 
     def feed(
         self, state: EvalRiseState, step: np.ndarray, value: np.ndarray, tag: str = ""

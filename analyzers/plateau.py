@@ -46,7 +46,7 @@ import numpy as np
 from analyzers.baseline import DIFF_MAD_TO_SIGMA
 from analyzers.findings import Finding, Kind, Severity
 from analyzers.series import Series
-from analyzers.stream import StreamState, finite_points
+from analyzers.stream import StreamState, detect_at_once, finite_points
 from analyzers.trend import BlockState, cut_blocks, empty_blocks
 
 
@@ -124,8 +124,7 @@ class InitialLevelDetector:
         return InitialLevelState(empty_blocks(), math.nan, 0, 0, -1, math.nan)
 
     def detect(self, series: Series) -> list[Finding]:
-        _, closed, still_open = self.feed(self.start(), series.step, series.value, series.tag)
-        return closed + still_open
+        return detect_at_once(self, series.step, series.value, series.tag)
 
     def feed(
         self, state: InitialLevelState, step: np.ndarray, value: np.ndarray, tag: str = ""
@@ -268,8 +267,7 @@ class ZeroLRDetector:
         return ZeroLRState(-math.inf, math.nan, -1, -1, 0, math.nan, math.nan, -1)
 
     def detect(self, series: Series) -> list[Finding]:
-        _, closed, still_open = self.feed(self.start(), series.step, series.value, series.tag)
-        return closed + still_open
+        return detect_at_once(self, series.step, series.value, series.tag)
 
     def feed(
         self, state: ZeroLRState, step: np.ndarray, value: np.ndarray, tag: str = ""

@@ -31,7 +31,7 @@ import numpy as np
 from analyzers.baseline import DIFF_MAD_TO_SIGMA
 from analyzers.findings import Finding, Kind, Severity
 from analyzers.series import Series
-from analyzers.stream import StreamState, finite_points
+from analyzers.stream import StreamState, detect_at_once, finite_points
 
 # median(|d2|) of white noise of sd s: d2 = x[i] - 2x[i-1] + x[i-2] has sd sqrt(6) s
 D2_MAD_TO_SIGMA = 1.0 / (0.6744897501960817 * np.sqrt(6.0))
@@ -231,8 +231,7 @@ class DivergenceDetector:
         return DivergenceState(empty_blocks(), np.inf, -1, np.zeros(0), 0, -1, False, -1, np.nan, np.nan, -1, np.nan, -1, 0.0, 0)
 
     def detect(self, series: Series) -> list[Finding]:
-        _, closed, still_open = self.feed(self.start(), series.step, series.value, series.tag)
-        return closed + still_open
+        return detect_at_once(self, series.step, series.value, series.tag)
 
     def feed(
         self, state: DivergenceState, step: np.ndarray, value: np.ndarray, tag: str = ""

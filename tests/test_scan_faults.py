@@ -69,13 +69,19 @@ def scan_command(logdir, url, *extra):
 # -- a FIFO, a hung filesystem ---------------------------------------------------------------
 
 
-def test_a_fifo_in_a_logdir_hangs_neither_scan_nor_the_service_beside_it(tmp_path):
-    logdir = tmp_path / "logs"
-    for r in range(6):
+def logdir_with_fifo(logdir, runs: int):
+    """`runs` runs that go NaN, and a run `stuck` whose event file is a FIFO: a read would block."""
+    for r in range(runs):
         nan_run(logdir / f"run{r}")
     (logdir / "stuck").mkdir()
     fifo = logdir / "stuck" / "events.out.tfevents.1"
     os.mkfifo(fifo)
+    return fifo
+
+
+def test_a_fifo_in_a_logdir_hangs_neither_scan_nor_the_service_beside_it(tmp_path):
+    logdir = tmp_path / "logs"
+    fifo = logdir_with_fifo(logdir, 6)
     url = f"sqlite:///{tmp_path / 'store.db'}"
     open_store(url).close()
     with server_process(url) as (base, _):

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from app.store import logdirs as stored_logdirs
 from app.store.db import open_store
 from tests.service_helpers import server_process, service, wait_for
-from tests.test_scan_faults import nan_run
+from tests.test_scan_faults import logdir_with_fifo, nan_run
 
 
 def runs_of(base: str) -> dict[str, int]:
@@ -28,11 +28,7 @@ def scanned_logdir(base: str, since: float) -> dict:
 
 def test_a_fifo_in_a_watched_logdir_is_reported_and_hangs_nothing(tmp_path):
     logdir = tmp_path / "logs"
-    for r in range(3):
-        nan_run(logdir / f"run{r}")
-    (logdir / "stuck").mkdir()
-    fifo = logdir / "stuck" / "events.out.tfevents.1"
-    os.mkfifo(fifo)
+    fifo = logdir_with_fifo(logdir, 3)
     url = f"sqlite:///{tmp_path / 'store.db'}"
     with server_process(url, "--allow-root", str(tmp_path), "--poll-interval", "0.2") as (base, _):
         assert httpx.post(f"{base}/v1/logdirs", json={"path": str(logdir)}, timeout=30).status_code == 201

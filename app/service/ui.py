@@ -15,7 +15,7 @@ from analyzers.roles import Role, infer_role
 from app.service import csrf
 from app.service.auth import COOKIE, READ
 from app.service.errors import ApiError
-from app.service.routes.alerts import alert_view
+from app.service.routes.alerts import ALERT_ID, alert_view
 from app.service.routes.common import one_run, store_of
 from app.store import alerts as stored_alerts
 from app.store import runs as stored_runs
@@ -23,7 +23,6 @@ from app.store import tokens
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
-_ALERT_ID = re.compile("[0-9a-f]{1,32}")  # what alert ids look like: anything else names no alert
 _ORDER = [Role.LOSS, Role.EVAL_LOSS, Role.GRAD_NORM, Role.LEARNING_RATE, Role.LOSS_SCALE, Role.OTHER]
 
 
@@ -78,7 +77,7 @@ def build_router() -> APIRouter:
 
     @router.get("/alert/{alert_id}", response_class=HTMLResponse, name="ui_alert")
     def alert_page(request: Request, alert_id: str) -> Response:
-        if not _ALERT_ID.fullmatch(alert_id):
+        if not re.fullmatch(ALERT_ID, alert_id):
             raise ApiError(404, "not_found", f"no alert {alert_id!r}")
         with store_of(request).read() as conn:
             found = stored_alerts.query_alerts(conn, alert_id=alert_id)

@@ -13,7 +13,8 @@ from app.store import alerts as stored_alerts
 
 router = APIRouter(prefix="/v1/alerts", tags=["alerts"])
 
-AlertId = Path(..., min_length=1, max_length=32, pattern="^[0-9a-f]+$")
+ALERT_ID = "^[0-9a-f]{1,32}$"  # what alert ids look like (fingerprints): anything else names no alert
+AlertId = Path(..., pattern=ALERT_ID)
 
 
 def alert_view(record: AlertRecord, source: str, acknowledged: bool, silenced: bool) -> AlertView:
