@@ -66,3 +66,11 @@ def test_every_http_route_is_documented():
             path = re.sub(r"\{(\w+?)(:path)?\}", lambda m: "{run}" if m.group(1) == "run" else "{id}", route.path)
             for method in route.methods - {"HEAD"}:
                 assert f"{method} {path}" in README, (method, path)
+
+
+def test_the_receivers_example_is_a_valid_settings_file():
+    from app.alerts import receivers
+
+    block = re.search(r"\*\*Routing and grouping\.\*\*.*?```toml\n(.*?)```", README, re.S).group(1)
+    listed = receivers.from_settings(tomllib.loads(block)["receivers"])
+    assert [r.format for r in listed] == ["slack", "alertmanager"]

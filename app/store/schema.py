@@ -141,7 +141,12 @@ deliveries = Table(
     Column("last_error", Text),
     Column("next_attempt_at", Double, nullable=False),  # when sending: the end of the claim's lease
     Column("delivered_at", Double),
+    # The run whose changes it carries (NULL: queued before 0008): a receiver gets a run's
+    # deliveries in order, each only once those before it were delivered.
+    Column("run_id", Integer),
+    Column("event_ids", JSON),  # every change it carries, in order (NULL: just `event_id`)
     Index("ix_deliveries_status", "status", "next_attempt_at"),
+    Index("ix_deliveries_run", "run_id", "id"),
     UniqueConstraint("key", name="uq_deliveries_key"),
 )
 
