@@ -88,3 +88,18 @@ def test_alerts_reach_a_real_alertmanager_grouped_silenced_and_resolved(tmp_path
         wait_for(lambda: [a["labels"]["run"] for a in am_alerts(am)] == ["dev-b"], timeout=30)
         wait_for(lambda: ("resolved", "prod-a", 2) in notifications(hook), timeout=30)
         assert ("firing", "dev-b", 1) in notifications(hook) and ("resolved", "dev-b", 1) not in notifications(hook)
+
+
+def test_the_service_delivers_to_alertmanager_from_its_background_loop_and_posts_firing_alerts_again(tmp_path):
+    from tests.service_helpers import service
+
+    points = [{"step": i, "tag": "train/loss", "value": "NaN" if i >= 250 else 3.0 - i / 300} for i in range(300)]
+    with running(Receiver()) as hook, alertmanager(tmp_path / "am", hook.url) as am:
+        with service(f"sqlite:///{tmp_path / 'store.db'}", webhooks=(f"alertmanager+{am}",), background=True,
+                     alertmanager_resend=1.0, analysis_interval=0) as client:
+            assert client.post("/v1/runs/svc/points", json={"points": points}).status_code == 200
+            [alert] = wait_for(lambda: am_alerts(am), timeout=30)
+            assert (alert["labels"]["run"], alert["labels"]["source"], alert["labels"]["alertname"]) == ("svc", "http", "nonfinite")
+            assert "url" not in alert["annotations"]  # no --external-url: no links
+            first = alert["updatedAt"]
+            wait_for(lambda: am_alerts(am)[0]["updatedAt"] != first, timeout=30)
