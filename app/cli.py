@@ -21,7 +21,7 @@ from analyzers.config import AnalysisConfig, ConfigError
 from analyzers.findings import Severity
 from app import analysis
 from app import scan as scanner
-from app.alerts import receivers
+from app.alerts import receivers, silences
 from app.alerts.webhooks import DeliveryConfig, longest_send
 from app.export import FORMATS, runs_frame, write_frame
 from app.ingest.problems import IngestError, Problem
@@ -34,6 +34,7 @@ from app.report import (
     render_health,
     render_table,
 )
+from app.store import silences as stored_silences
 from app.store import tokens
 from app.store.db import Store, StoreError, open_store
 
@@ -353,6 +354,59 @@ def token_revoke(name: str, db_url: str | None) -> None:
             f"losswatch: revoked {name!r}, the last token: a service that needed tokens stays locked (401 on every "
             "request but /healthz and /metrics) until `losswatch token create` makes a new one", err=True,
         )
+
+
+@main.group()
+def silence() -> None:
+    """Silence alerts by matchers (globs on run, kind, tag, severity, alert id) until a time."""
+
+
+@silence.command("add")
+@click.option("--run", help="Glob on the run name.")
+@click.option("--kind", help="Glob on the alert kind.")
+@click.option("--tag", help="Glob on the tag.")
+@click.option("--severity", help="Glob on the severity: info, warning, critical.")
+@click.option("--alert", "alert_id", help="Glob on the alert id.")
+@click.option("--duration", default="2h", show_default=True, help="How long: 2h, 90m, 1d12h (units s, m, h, d, w).")
+@click.option("--by", "created_by", envvar="USER", help="Who silences (default: $USER).")
+@click.option("--comment", default="", help="Why.")
+@_db_option
+def silence_add(run: str | None, kind: str | None, tag: str | None, severity: str | None, alert_id: str | None,
+                duration: str, created_by: str | None, comment: str, db_url: str | None) -> None:
+    """Make a silence; prints its id.  Changes to the alerts it matches are stored and
+    printed, and delivered nowhere until it ends."""
+    matchers = {"run": run, "kind": kind, "tag": tag, "severity": severity, "alert_id": alert_id}
+    try:
+        made = silences.new_silence(matchers, created_by or "", comment, time.time(), duration=duration)
+    except silences.SilenceError as e:
+        _fail(str(e))
+    with _open_store(db_url).write() as conn:
+        click.echo(stored_silences.add(conn, made).id)
+
+
+@silence.command("list")
+@click.option("--expired", is_flag=True, help="Expired silences too.")
+@_db_option
+def silence_list(expired: bool, db_url: str | None) -> None:
+    """The silences, newest first: id, matchers, end (UTC), who, why."""
+    now = time.time()
+    with _open_store(db_url).read() as conn:
+        listed = stored_silences.listed(conn, None if expired else now)
+    for s in listed:
+        matchers = " ".join(f"{name}={value}" for name, value in s.matchers.items())
+        ends = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(s.ends_at))
+        state = "active" if s.active(now) else "expired"
+        click.echo(f"{s.id}\t{matchers}\t{state} until {ends} UTC\t{s.created_by}\t{s.comment}")
+
+
+@silence.command("expire")
+@click.argument("silence_id", type=click.IntRange(min=1))
+@_db_option
+def silence_expire(silence_id: int, db_url: str | None) -> None:
+    """End a silence now: changes from now on are delivered again."""
+    with _open_store(db_url).write() as conn:
+        if stored_silences.expire(conn, silence_id, time.time()) is None:
+            _fail(f"no silence {silence_id}")
 
 
 def _auth_mode(host: str, protected: bool, insecure: bool) -> str:

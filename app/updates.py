@@ -22,6 +22,7 @@ from app.ingest.points import Points
 from app.ingest.restarts import Rollback
 from app.store import alerts as stored_alerts
 from app.store import runs as stored_runs
+from app.store import silences as stored_silences
 from app.store.db import Store
 from app.store.runs import StoredRun
 from app.store.schema import runs
@@ -92,7 +93,7 @@ def assess(conn: Connection, run: StoredRun, config: AnalysisConfig) -> Assessme
 
 def apply(conn: Connection, run: StoredRun, assessment: Assessment, webhooks: Sequence[str], now: float) -> Applied:
     """Move the run's alerts along by an assessment and queue their deliveries (not for
-    silenced alerts; `webhooks` are receiver specs, each getting one message of the changes
+    alerts silenced, by their flag or by an active silence; `webhooks` are receiver specs, each getting one message of the changes
     it routes to) and returns the changes to report.  `run` is the locked row.  An
     assessment older than the last one applied is dropped (two analyses of a run can finish
     out of order); one that missed points stored since leaves the run waiting for the next
@@ -110,6 +111,7 @@ def apply(conn: Connection, run: StoredRun, assessment: Assessment, webhooks: Se
     stored_alerts.save_alerts(conn, run.id, records)
     reported = list(zip(stored_alerts.add_events(conn, events, now), events))
     quiet = stored_alerts.silenced_ids(conn, [e.record.id for _, e in reported])
+    quiet |= stored_silences.silenced(conn, [e.record for _, e in reported], now)
     loud = [(i, e) for i, e in reported if e.record.id not in quiet]
     peak = stored_alerts.peak_severities(conn, sorted({e.record.id for _, e in loud}))
     stored_alerts.enqueue(conn, run.id, route(webhooks, loud, peak), now)

@@ -17,10 +17,14 @@ README = (REPO / "README.md").read_text()
 def test_every_command_and_option_is_documented():
     for name, command in main.commands.items():
         assert f"### `losswatch {name}" in README, name
-        for param in command.params:
-            for opt in getattr(param, "opts", []):
-                if opt.startswith("--"):
-                    assert opt in README, f"{name} {opt}"
+        subcommands = getattr(command, "commands", {})
+        for sub in subcommands:
+            assert f"`losswatch {name} {sub}" in README, f"{name} {sub}"
+        for each in [command, *subcommands.values()]:
+            for param in each.params:
+                for opt in getattr(param, "opts", []):
+                    if opt.startswith("--"):
+                        assert opt in README, f"{name} {each.name} {opt}"
 
 
 def test_every_alert_kind_and_spike_class_is_documented():

@@ -27,6 +27,7 @@ import httpx
 from app.alerts import receivers
 from app.alerts.receivers import ALERTMANAGER, SLACK, Receiver, ReceiverError
 from app.store import alerts as stored
+from app.store import silences as stored_silences
 from app.store.db import Store
 
 log = logging.getLogger("losswatch.webhooks")
@@ -269,6 +270,8 @@ def resend_firing(
     deadline = None if budget is None else time.monotonic() + budget
     with store.read() as conn:
         current = stored.firing(conn)
+        quiet = stored_silences.silenced(conn, [r for r, _ in current], time.time())
+    current = [(r, fired_at) for r, fired_at in current if r.id not in quiet]
     delivered, failed = 0, []
     for manager in managers:
         body = [am_alert(r.finding, r.severity, fired_at, None, config.external_url)

@@ -171,3 +171,21 @@ tokens = Table(
     Column("scopes", Text, nullable=False),  # "read" or "read write"
     Column("created_at", Double, nullable=False),
 )
+
+# Silences (app/alerts/silences.py): globs on an alert's run, kind, tag, severity and id
+# (NULL: any), until `ends_at`; expiring one sets `ends_at` to then.
+silences = Table(
+    "silences",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("run", Text),
+    Column("kind", Text),
+    Column("tag", Text),
+    Column("severity", Text),
+    Column("alert_id", Text),
+    Column("created_by", Text, nullable=False),
+    Column("comment", Text, nullable=False),
+    Column("created_at", Double, nullable=False),
+    Column("ends_at", Double, nullable=False),
+    Index("ix_silences_ends_at", "ends_at"),
+)
