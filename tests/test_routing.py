@@ -172,3 +172,17 @@ def test_a_receivers_messages_of_a_run_go_out_in_order(store_url, tmp_path):
         assert all(d.events[0]["alert"]["kind"] == "nonfinite" for d in second)
     finally:
         store.close()
+
+
+def test_an_updated_severity_ends_the_alertmanager_alert_under_the_severity_it_had():
+    from app.alerts.webhooks import alertmanager_payload
+
+    alert = {"id": "ab12", "run": "r", "tag": "train/loss", "kind": "loss_spike", "source": "http", "message": "m",
+             "remediation": "do"}
+    change = {"change": "updated", "state": "firing", "severity": "critical", "time": 200.0, "fired_at": 100.0, "alert": alert,
+              "severities": ["critical", "warning"]}
+    sent = alertmanager_payload([change])
+    assert [(a["labels"]["severity"], a.get("endsAt")) for a in sent] == [("critical", None), ("warning", "1970-01-01T00:03:20Z")]
+    assert {a["startsAt"] for a in sent} == {"1970-01-01T00:01:40Z"}
+    first = alertmanager_payload([{**change, "change": "firing"}])
+    assert [(a["labels"]["severity"], a.get("endsAt")) for a in first] == [("critical", None)]

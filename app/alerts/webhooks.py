@@ -86,7 +86,7 @@ def summary(changes: Sequence[dict[str, Any]]) -> str:
 
 
 def _change(change: dict[str, Any], external_url: str | None) -> dict[str, Any]:
-    return {**{k: v for k, v in change.items() if k != "fired_at"}, **links(change["alert"], external_url)}
+    return {**{k: v for k, v in change.items() if k not in ("fired_at", "severities")}, **links(change["alert"], external_url)}
 
 
 def generic_payload(changes: Sequence[dict[str, Any]], key: str, external_url: str | None = None) -> dict[str, Any]:
@@ -123,8 +123,16 @@ def alertmanager_payload(changes: Sequence[dict[str, Any]], external_url: str | 
     `endsAt`, a firing one without (Alertmanager holds it for its `resolve_timeout`, so
     firing alerts are sent again: `firing_payload`)."""
     last = {c["alert"].get("id"): c for c in changes}
-    return [am_alert(c["alert"], c["severity"], c["fired_at"], c["time"] if c["state"] == "resolved" else None,
-                     external_url) for c in last.values()]
+    out = []
+    for c in last.values():
+        resolved = c["state"] == "resolved"
+        out.append(am_alert(c["alert"], c["severity"], c["fired_at"], c["time"] if resolved else None, external_url))
+        if c["change"] != "firing":
+            # the severity is a label, so a changed severity is another Alertmanager alert:
+            # the alert under the other severities it had ends here
+            out += [am_alert(c["alert"], other, c["fired_at"], c["time"], external_url)
+                    for other in c.get("severities", ()) if other != c["severity"]]
+    return out
 
 
 def am_alert(alert: dict[str, Any], severity: str, fired_at: float, ended_at: float | None,

@@ -70,14 +70,7 @@ def peak_severities(conn: Connection, alert_ids: list[str]) -> dict[str, str]:
     """Alert id -> the highest severity any of its changes had (routing by severity: a
     receiver that heard an alert fire as a warning hears it resolve as info)."""
     rank = {"info": 1, "warning": 2, "critical": 3}
-    out: dict[str, str] = {}
-    if not alert_ids:
-        return out
-    query = sa.select(alert_events.c.alert_id, alert_events.c.severity).where(alert_events.c.alert_id.in_(alert_ids)).distinct()
-    for alert_id, severity in conn.execute(query):
-        if rank.get(severity, 0) > rank.get(out.get(alert_id, ""), 0):
-            out[alert_id] = severity
-    return out
+    return {alert_id: max(had, key=lambda s: rank.get(s, 0)) for alert_id, had in severities(conn, alert_ids).items()}
 
 
 def enqueue(conn: Connection, run_id: int, groups: dict[str, list[int]], now: float) -> None:
@@ -137,12 +130,24 @@ def _changes(conn: Connection, event_ids: set[int]) -> dict[int, dict]:
         .where(alert_events.c.id.in_(event_ids))
     )
     rows = conn.execute(query).all()
-    first = first_fired(conn, list({r.alert_id for r in rows}))
+    ids = list({r.alert_id for r in rows})
+    first, had = first_fired(conn, ids), severities(conn, ids)
     return {
         r.id: {"change": r.change, "state": r.state, "step": r.step, "time": r.time, "severity": r.severity,
-               "classification": r.classification, "alert": r.finding, "fired_at": first.get(r.alert_id, r.time)}
+               "classification": r.classification, "alert": r.finding, "fired_at": first.get(r.alert_id, r.time),
+               "severities": sorted(had.get(r.alert_id, {r.severity}))}
         for r in rows
     }
+
+
+def severities(conn: Connection, alert_ids: list[str]) -> dict[str, set[str]]:
+    """Alert id -> every severity its changes had."""
+    out: dict[str, set[str]] = {}
+    if alert_ids:
+        query = sa.select(alert_events.c.alert_id, alert_events.c.severity).where(alert_events.c.alert_id.in_(alert_ids))
+        for alert_id, severity in conn.execute(query.distinct()):
+            out.setdefault(alert_id, set()).add(severity)
+    return out
 
 
 def first_fired(conn: Connection, alert_ids: list[str]) -> dict[str, float]:
