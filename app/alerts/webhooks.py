@@ -121,7 +121,7 @@ def slack_payload(changes: Sequence[dict[str, Any]], external_url: str | None = 
 def alertmanager_payload(changes: Sequence[dict[str, Any]], external_url: str | None = None) -> list[dict[str, Any]]:
     """Alertmanager's v2 alerts, the last change of each alert: a resolved one with
     `endsAt`, a firing one without (Alertmanager holds it for its `resolve_timeout`, so
-    firing alerts are sent again: `firing_payload`)."""
+    firing alerts are sent again: `resend_firing`)."""
     last = {c["alert"].get("id"): c for c in changes}
     out = []
     for c in last.values():
