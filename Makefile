@@ -27,6 +27,7 @@ bench: install-test
 	$(BIN)/python bench/analyze.py
 	$(BIN)/python bench/accuracy.py
 	$(BIN)/python bench/scan.py
+	$(BIN)/python bench/delivery.py
 	$(BIN)/python bench/api.py
 	$(BIN)/python bench/memory.py
 	$(BIN)/python bench/chaos.py

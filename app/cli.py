@@ -21,7 +21,8 @@ from analyzers.config import AnalysisConfig, ConfigError
 from analyzers.findings import Severity
 from app import analysis
 from app import scan as scanner
-from app.alerts.webhooks import longest_send
+from app.alerts import receivers, silences
+from app.alerts.webhooks import DeliveryConfig, longest_send
 from app.export import FORMATS, runs_frame, write_frame
 from app.ingest.problems import IngestError, Problem
 from app.ingest.sources import PathRead, read_path
@@ -33,6 +34,7 @@ from app.report import (
     render_health,
     render_table,
 )
+from app.store import silences as stored_silences
 from app.store import tokens
 from app.store.db import Store, StoreError, open_store
 
@@ -55,6 +57,20 @@ def _external_url(_ctx: click.Context, _param: click.Parameter, value: str | Non
         raise click.BadParameter(f"{value!r} is not http(s)://HOST[:PORT]")
     return f"{parts.scheme}://{parts.netloc}"
 
+
+_webhook_option = click.option(
+    "--webhook", "webhooks", multiple=True,
+    help="POST alert changes here (repeatable; slack+https://... for Slack; "
+         "?min_severity=&on=&kinds=&runs= choose which: see Webhook delivery).",
+)
+_alertmanager_option = click.option(
+    "--alertmanager", "alertmanagers", multiple=True,
+    help="An Alertmanager's URL: alerts are posted to its /api/v2/alerts (repeatable; takes the --webhook options).",
+)
+_links_option = click.option(
+    "--external-url", envvar="LOSSWATCH_EXTERNAL_URL", show_envvar=True, callback=_external_url,
+    help="Where the service is reached (http(s)://HOST[:PORT]): messages link to its run and alert pages.",
+)
 
 EXIT_ALERTS = 1
 EXIT_INPUT_ERROR = 2
@@ -172,23 +188,33 @@ def plot(path: str, run_name: str | None, tag: str | None, output: str) -> None:
     "--fail-on", type=click.Choice(FAIL_ON), default="warning", show_default=True,
     help="Exit 1 when an alert of this severity or worse fires or changes in this scan.",
 )
-@click.option("--webhook", "webhooks", multiple=True, help="POST each change here (repeatable; slack+https://... for Slack).")
+@_webhook_option
+@_alertmanager_option
 @click.option("--all", "show_all", is_flag=True, help="Print every open alert, not only what changed.")
+@_links_option
+@click.option("--webhook-timeout", default=5.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds for each step of a delivery request: connecting, sending, awaiting the answer.")
+@click.option("--delivery-budget", default=scanner.DELIVERY_BUDGET, show_default=True, type=click.FloatRange(min=0),
+              help="Seconds the scan may spend delivering, after its own work; what is left waits for the next scan.")
 def scan(
     paths: tuple[str, ...], db_url: str | None, fmt: str, config_file: str | None, fail_on: str,
-    webhooks: tuple[str, ...], show_all: bool,
+    webhooks: tuple[str, ...], alertmanagers: tuple[str, ...], show_all: bool, external_url: str | None,
+    webhook_timeout: float, delivery_budget: float,
 ) -> None:
     """Read what is new under each PATH since the last scan, re-analyse the runs that
     changed, and print each alert that fired, changed or resolved, once."""
     config = _load_config(config_file)
+    specs = _receivers(webhooks, alertmanagers, config_file)
+    delivery = DeliveryConfig(timeout=webhook_timeout, lease=max(120.0, 2 * longest_send(webhook_timeout)),
+                              external_url=external_url)
     store = _open_store(db_url)
     progress = _progress("scanning runs") if sys.stderr.isatty() else None
     reporter = scanner.Reporter.new()
     try:
         with httpx.Client() as client:
             outcome = scanner.scan(
-                store, list(paths), config=config, webhooks=list(webhooks), client=client, progress=progress,
-                reporter=reporter,
+                store, list(paths), config=config, webhooks=specs, client=client, progress=progress,
+                reporter=reporter, delivery=delivery, budget=delivery_budget,
             )
     except IngestError as e:
         _report(e.problems)
@@ -198,7 +224,7 @@ def scan(
         click.echo(f"losswatch: {outcome.earlier} changes committed by an earlier scan that stopped before "
                    "printing them come first", err=True)
     for failure in outcome.deliveries.failed:
-        click.echo(f"losswatch: webhook delivery failed (will retry on the next scan): {failure}", err=True)
+        click.echo(f"losswatch: delivery failed (will retry on the next scan): {failure}", err=True)
     summary = (
         f"{len(outcome.events)} changes in {outcome.runs} runs "
         f"({outcome.changed} with new data, {outcome.points} new points)"
@@ -229,10 +255,13 @@ def scan(
               help="Most points one request may carry.")
 @click.option("--max-heavy-requests", default=2, show_default=True, type=click.IntRange(min=1),
               help="Large posts and series reads served at once; more get 503 with Retry-After.")
-@click.option("--webhook", "webhooks", multiple=True, help="POST each alert change here (repeatable).")
+@_webhook_option
+@_alertmanager_option
+@click.option("--alertmanager-resend", default=60.0, show_default=True, type=click.FloatRange(min=1),
+              help="Seconds between re-sending firing alerts to Alertmanager (keep it below its resolve_timeout).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file of detector settings.")
-@click.option("--external-url", callback=_external_url,
-              help="The URL browsers reach the service at (https://... makes the sign-in cookie Secure).")
+@click.option("--external-url", envvar="LOSSWATCH_EXTERNAL_URL", show_envvar=True, callback=_external_url,
+              help="The URL browsers reach the service at (https://... makes the sign-in cookie Secure); messages link there.")
 @click.option("--insecure", is_flag=True, help="Run open: no request needs a token, even when tokens exist.")
 @click.option("--db-connect-timeout", default=5.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Seconds to wait for a database connection.")
@@ -245,7 +274,8 @@ def scan(
 def serve(
     host: str, port: int, db_url: str | None, allowed_roots: tuple[str, ...], poll_interval: float,
     analysis_interval: float, max_body_bytes: int, max_points: int, max_heavy_requests: int,
-    webhooks: tuple[str, ...], config_file: str | None, external_url: str | None, insecure: bool,
+    webhooks: tuple[str, ...], alertmanagers: tuple[str, ...], alertmanager_resend: float,
+    config_file: str | None, external_url: str | None, insecure: bool,
     db_connect_timeout: float, db_statement_timeout: float, webhook_timeout: float, delivery_lease: float,
 ) -> None:
     """Run the HTTP service: ingest over HTTP, watched logdirs, the alerts API."""
@@ -267,7 +297,8 @@ def serve(
     settings = Settings(
         db_url=db_url, allowed_roots=allowed_roots, poll_interval=poll_interval, analysis_interval=analysis_interval,
         max_body_bytes=max_body_bytes, max_points_per_request=max_points, max_heavy_requests=max_heavy_requests,
-        webhooks=webhooks, analysis=_load_config(config_file), auth=_auth_mode(host, protected, insecure),
+        webhooks=_receivers(webhooks, alertmanagers, config_file), alertmanager_resend=alertmanager_resend,
+        analysis=_load_config(config_file), auth=_auth_mode(host, protected, insecure),
         external_url=external_url, db_connect_timeout=db_connect_timeout, db_statement_timeout=db_statement_timeout,
         webhook_timeout=webhook_timeout, delivery_lease=delivery_lease,
     )
@@ -323,6 +354,59 @@ def token_revoke(name: str, db_url: str | None) -> None:
             f"losswatch: revoked {name!r}, the last token: a service that needed tokens stays locked (401 on every "
             "request but /healthz and /metrics) until `losswatch token create` makes a new one", err=True,
         )
+
+
+@main.group()
+def silence() -> None:
+    """Silence alerts by matchers (globs on run, kind, tag, severity, alert id) until a time."""
+
+
+@silence.command("add")
+@click.option("--run", help="Glob on the run name.")
+@click.option("--kind", help="Glob on the alert kind.")
+@click.option("--tag", help="Glob on the tag.")
+@click.option("--severity", help="Glob on the severity: info, warning, critical.")
+@click.option("--alert", "alert_id", help="Glob on the alert id.")
+@click.option("--duration", default="2h", show_default=True, help="How long: 2h, 90m, 1d12h (units s, m, h, d, w).")
+@click.option("--by", "created_by", envvar="USER", help="Who silences (default: $USER).")
+@click.option("--comment", default="", help="Why.")
+@_db_option
+def silence_add(run: str | None, kind: str | None, tag: str | None, severity: str | None, alert_id: str | None,
+                duration: str, created_by: str | None, comment: str, db_url: str | None) -> None:
+    """Make a silence; prints its id.  Changes to the alerts it matches are stored and
+    printed, and delivered nowhere until it ends."""
+    matchers = {"run": run, "kind": kind, "tag": tag, "severity": severity, "alert_id": alert_id}
+    try:
+        made = silences.new_silence(matchers, created_by or "", comment, time.time(), duration=duration)
+    except silences.SilenceError as e:
+        _fail(str(e))
+    with _open_store(db_url).write() as conn:
+        click.echo(stored_silences.add(conn, made).id)
+
+
+@silence.command("list")
+@click.option("--expired", is_flag=True, help="Expired silences too.")
+@_db_option
+def silence_list(expired: bool, db_url: str | None) -> None:
+    """The silences, newest first: id, matchers, end (UTC), who, why."""
+    now = time.time()
+    with _open_store(db_url).read() as conn:
+        listed = stored_silences.listed(conn, None if expired else now)
+    for s in listed:
+        matchers = " ".join(f"{name}={value}" for name, value in s.matchers.items())
+        ends = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(s.ends_at))
+        state = "active" if s.active(now) else "expired"
+        click.echo(f"{s.id}\t{matchers}\t{state} until {ends} UTC\t{s.created_by}\t{s.comment}")
+
+
+@silence.command("expire")
+@click.argument("silence_id", type=click.IntRange(min=1))
+@_db_option
+def silence_expire(silence_id: int, db_url: str | None) -> None:
+    """End a silence now: changes from now on are delivered again."""
+    with _open_store(db_url).write() as conn:
+        if stored_silences.expire(conn, silence_id, time.time()) is None:
+            _fail(f"no silence {silence_id}")
 
 
 def _auth_mode(host: str, protected: bool, insecure: bool) -> str:
@@ -382,15 +466,37 @@ def _open_store(url: str | None) -> Store:
 def _load_config(path: str | None) -> AnalysisConfig:
     if path is None:
         return AnalysisConfig()
+    settings = _read_toml(path)
+    settings.pop("receivers", None)  # where alerts go, not how runs are analysed: see _receivers
+    try:
+        return AnalysisConfig.from_mapping(settings)
+    except ConfigError as e:
+        _fail(f"{path}: {e}")
+    raise AssertionError("unreachable")
+
+
+def _receivers(webhooks: tuple[str, ...], alertmanagers: tuple[str, ...], config_file: str | None) -> list[str]:
+    """The receivers' specs: the flags', then the settings file's `[[receivers]]`."""
+    try:
+        flagged = receivers.parse_all(webhooks, alertmanagers)
+    except receivers.ReceiverError as e:
+        _fail(str(e))
+    tables = _read_toml(config_file).get("receivers") if config_file else None
+    try:
+        listed = receivers.from_settings(tables)
+    except receivers.ReceiverError as e:
+        _fail(f"{config_file}: {e}")
+    return list(dict.fromkeys(r.spec for r in flagged + listed))
+
+
+def _read_toml(path: str) -> dict:
     try:
         with open(path, "rb") as f:
-            return AnalysisConfig.from_mapping(tomllib.load(f))
+            return tomllib.load(f)
     except OSError as e:
         _fail(f"{path}: cannot read config: {e.strerror or e}")
     except tomllib.TOMLDecodeError as e:
         _fail(f"{path}: invalid TOML: {e}")
-    except ConfigError as e:
-        _fail(f"{path}: {e}")
     raise AssertionError("unreachable")
 
 

@@ -31,7 +31,7 @@ import httpx
 
 from analyzers.config import AnalysisConfig
 from app.alerts.lifecycle import AlertRecord
-from app.alerts.webhooks import DeliveryReport, deliver_due
+from app.alerts.webhooks import DeliveryConfig, DeliveryReport, deliver_due, resend_firing
 from app.ingest.files import READ_TIMEOUT, read_whole, under_roots
 from app.ingest.logdir import RunState, find_runs, is_event_file, read_run
 from app.ingest.problems import IngestError, Problem
@@ -46,6 +46,7 @@ from app.store.runs import StoredFile
 from app.updates import Reported, reassess, store_points
 
 REPORT_LEASE = 15 * 60.0  # a scan on another host that holds changes this long without a commit is taken for dead
+DELIVERY_BUDGET = 10.0  # seconds a scan may spend delivering, after its own work
 OUTSIDE_ROOTS = "resolves outside the allowed roots (a symlink?): not scanned"
 
 
@@ -104,6 +105,8 @@ def scan(
     roots: Sequence[str] | None = None,
     timeout: float = READ_TIMEOUT,
     reporter: Reporter | None = None,
+    delivery: DeliveryConfig = DeliveryConfig(),
+    budget: float | None = DELIVERY_BUDGET,
 ) -> ScanOutcome:
     """Scan every path; raises IngestError for a path that does not exist.
 
@@ -112,7 +115,9 @@ def scan(
     it resolves outside them) and for every file at every scan; None (the command line)
     restricts nothing.  `timeout` bounds each call on a file.  With a `reporter`, the
     changes stay held until `printed`, and the changes an earlier scan of these runs
-    committed but never printed come first in the outcome.
+    committed but never printed come first in the outcome.  With a `client`, what is due
+    in the outbox is delivered once the scan's own work is done, within `budget` seconds
+    (None: no limit), and Alertmanager receivers are told again of what still fires.
     """
     options = _Options(config, webhooks, clock, roots, timeout, reporter)
     outcome = ScanOutcome()
@@ -134,8 +139,20 @@ def scan(
         if progress:
             progress(done, len(targets))
     if client is not None:
-        outcome.deliveries = deliver_due(store, client, clock=clock)
+        outcome.deliveries = _deliver(store, client, webhooks, delivery, clock, budget)
     return outcome
+
+
+def _deliver(store: Store, client: httpx.Client, webhooks: Sequence[str], delivery: DeliveryConfig,
+             clock: Callable[[], float], budget: float | None) -> DeliveryReport:
+    """The outbox first, then Alertmanager's refresh, both within the one budget."""
+    started = time.monotonic()
+    sent = deliver_due(store, client, delivery, clock=clock, budget=budget)
+    left = None if budget is None else max(0.0, budget - (time.monotonic() - started))
+    if left == 0.0:
+        return sent
+    again = resend_firing(store, client, webhooks, delivery, budget=left)
+    return DeliveryReport(sent.delivered, sent.failed + again.failed)
 
 
 def printed(store: Store, reporter: Reporter) -> None:

@@ -15,12 +15,14 @@ from sqlalchemy.engine import Connection
 
 from analyzers.config import AnalysisConfig
 from app.alerts.lifecycle import Event, evaluate
+from app.alerts.receivers import route
 from app.analysis import Alert, AnalysisFailed, assess_writes
 from app.ingest.logdir import RunState
 from app.ingest.points import Points
 from app.ingest.restarts import Rollback
 from app.store import alerts as stored_alerts
 from app.store import runs as stored_runs
+from app.store import silences as stored_silences
 from app.store.db import Store
 from app.store.runs import StoredRun
 from app.store.schema import runs
@@ -91,7 +93,8 @@ def assess(conn: Connection, run: StoredRun, config: AnalysisConfig) -> Assessme
 
 def apply(conn: Connection, run: StoredRun, assessment: Assessment, webhooks: Sequence[str], now: float) -> Applied:
     """Move the run's alerts along by an assessment and queue their deliveries (not for
-    silenced alerts) and returns the changes to report.  `run` is the locked row.  An
+    alerts silenced, by their flag or by an active silence; `webhooks` are receiver specs, each getting one message of the changes
+    it routes to) and returns the changes to report.  `run` is the locked row.  An
     assessment older than the last one applied is dropped (two analyses of a run can finish
     out of order); one that missed points stored since leaves the run waiting for the next
     analysis.  A failed analysis is recorded on the run (the API and UI show it) and stops
@@ -108,7 +111,10 @@ def apply(conn: Connection, run: StoredRun, assessment: Assessment, webhooks: Se
     stored_alerts.save_alerts(conn, run.id, records)
     reported = list(zip(stored_alerts.add_events(conn, events, now), events))
     quiet = stored_alerts.silenced_ids(conn, [e.record.id for _, e in reported])
-    stored_alerts.enqueue(conn, [i for i, e in reported if e.record.id not in quiet], list(webhooks), now)
+    quiet |= stored_silences.silenced(conn, [e.record for _, e in reported], now)
+    loud = [(i, e) for i, e in reported if e.record.id not in quiet]
+    peak = stored_alerts.peak_severities(conn, sorted({e.record.id for _, e in loud}))
+    stored_alerts.enqueue(conn, run.id, route(webhooks, loud, peak), now)
     done["health"] = assessment.health
     conn.execute(runs.update().where(runs.c.id == run.id).values(analyzed_points=assessment.points, **done))
     return Applied([Reported(run.source, e, i) for i, e in reported])

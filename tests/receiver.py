@@ -1,6 +1,7 @@
 """A real webhook receiver for tests: a threaded HTTP server on a free loopback port that
-keeps every delivery it gets (key header and body), optionally slow, or holding chosen
-requests until the test lets them go."""
+keeps every delivery it gets (key header and body), optionally slow, failing with a
+status of the test's choosing, or holding chosen requests (or all: `hang`) until the test
+lets them go."""
 
 from __future__ import annotations
 
@@ -14,11 +15,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class Receiver:
-    def __init__(self, delay: float = 0.0, hold: set[int] | None = None) -> None:
+    def __init__(self, delay: float = 0.0, hold: set[int] | None = None, status: int = 204, hang: bool = False) -> None:
         self.delay = delay  # seconds each answer takes
         self.hold = hold or set()  # 1-based request numbers held until `release()`
+        self.status = status  # the answer to every request
+        self.hang = hang  # hold every request until `release()`
         self.released = threading.Event()
         self.received: list[tuple[str, dict]] = []  # (X-Losswatch-Delivery, body), in arrival order
+        self.paths: list[str] = []  # each request's path and query, in arrival order
         self.holding = 0  # requests being held right now
         self._lock = threading.Lock()
         self.url = ""
@@ -38,8 +42,9 @@ class Receiver:
         body = json.loads(handler.rfile.read(int(handler.headers["Content-Length"])))
         with self._lock:
             self.received.append((handler.headers.get("X-Losswatch-Delivery"), body))
+            self.paths.append(handler.path)
             number = len(self.received)
-            held = number in self.hold
+            held = self.hang or number in self.hold
             self.holding += held
         if held:
             self.released.wait(timeout=120)
@@ -47,7 +52,7 @@ class Receiver:
                 self.holding -= 1
         time.sleep(self.delay)
         try:
-            handler.send_response(204)
+            handler.send_response(self.status)
             handler.end_headers()
         except OSError:
             pass  # the sender is gone (killed, or it gave up)

@@ -17,10 +17,14 @@ README = (REPO / "README.md").read_text()
 def test_every_command_and_option_is_documented():
     for name, command in main.commands.items():
         assert f"### `losswatch {name}" in README, name
-        for param in command.params:
-            for opt in getattr(param, "opts", []):
-                if opt.startswith("--"):
-                    assert opt in README, f"{name} {opt}"
+        subcommands = getattr(command, "commands", {})
+        for sub in subcommands:
+            assert f"`losswatch {name} {sub}" in README, f"{name} {sub}"
+        for each in [command, *subcommands.values()]:
+            for param in each.params:
+                for opt in getattr(param, "opts", []):
+                    if opt.startswith("--"):
+                        assert opt in README, f"{name} {each.name} {opt}"
 
 
 def test_every_alert_kind_and_spike_class_is_documented():
@@ -66,3 +70,11 @@ def test_every_http_route_is_documented():
             path = re.sub(r"\{(\w+?)(:path)?\}", lambda m: "{run}" if m.group(1) == "run" else "{id}", route.path)
             for method in route.methods - {"HEAD"}:
                 assert f"{method} {path}" in README, (method, path)
+
+
+def test_the_receivers_example_is_a_valid_settings_file():
+    from app.alerts import receivers
+
+    block = re.search(r"\*\*Routing and grouping\.\*\*.*?```toml\n(.*?)```", README, re.S).group(1)
+    listed = receivers.from_settings(tomllib.loads(block)["receivers"])
+    assert [r.format for r in listed] == ["slack", "alertmanager"]

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import httpx
 import sqlalchemy as sa
 
-from app.alerts.webhooks import DeliveryConfig, deliver_due
+from app.alerts.webhooks import DeliveryConfig, DeliveryReport, deliver_due, resend_firing
 from app.ingest.problems import IngestError, Problem
 from app.scan import scan
 from app.service.metrics import Metrics
@@ -49,7 +49,9 @@ def describe(problems: list[Problem]) -> str | None:
 class Background:
     def __init__(self, store: Store, settings: Settings, metrics: Metrics, client: httpx.Client) -> None:
         self.store, self.settings, self.metrics, self.client = store, settings, metrics, client
-        self.delivery = DeliveryConfig(timeout=settings.webhook_timeout, lease=settings.delivery_lease)
+        self.delivery = DeliveryConfig(timeout=settings.webhook_timeout, lease=settings.delivery_lease,
+                                       external_url=settings.external_url)
+        self._resent_at = float("-inf")  # when firing alerts last went to Alertmanager
         self._wake = asyncio.Event()
         self._loop = asyncio.get_running_loop()
         self._stopping = threading.Event()
@@ -110,6 +112,11 @@ class Background:
 
     def delivery_round(self) -> None:
         report = deliver_due(self.store, self.client, self.delivery, stopping=self._stopping.is_set)
+        if time.monotonic() - self._resent_at >= self.settings.alertmanager_resend:
+            self._resent_at = time.monotonic()
+            again = resend_firing(self.store, self.client, self.settings.webhooks, self.delivery,
+                                  budget=self.settings.alertmanager_resend)
+            report = DeliveryReport(report.delivered, report.failed + again.failed)
         if report.failed:
             self.metrics.webhook_failures.inc(len(report.failed))
             log.warning("webhook deliveries failed", extra={"failed": report.failed})

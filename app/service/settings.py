@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from analyzers.config import AnalysisConfig
+from app.alerts import receivers
 from app.alerts.webhooks import longest_send
 
 HTTP_SOURCE = "http"  # the source of runs posted to the service, beside logdir paths
@@ -29,7 +30,9 @@ class Settings(BaseModel):
     max_heavy_requests: int = Field(2, ge=1, description="Large posts and series reads served at once; more get 503.")
     poll_interval: float = Field(30.0, description="Seconds between scans of each watched logdir.")
     analysis_interval: float = Field(1.0, description="A run is analysed at most this often; busier runs are analysed in the background.")
-    webhooks: tuple[str, ...] = Field((), description="Where alert changes are POSTed.")
+    webhooks: tuple[str, ...] = Field(
+        (), description="Where alert changes go: receiver specs (app.alerts.receivers), Alertmanager's included.")
+    alertmanager_resend: float = Field(60.0, gt=0, description="Seconds between re-sending firing alerts to Alertmanager.")
     analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
     auth: AuthMode = Field("required", description="required, until_first_token or open: fixed for the process's life.")
     external_url: str | None = Field(
@@ -44,6 +47,11 @@ class Settings(BaseModel):
     delivery_lease: float = Field(
         120.0, gt=0, description="Seconds a claimed delivery is held; one its process never finished is sent again after it."
     )
+
+    @model_validator(mode="after")
+    def _receivers_parse(self) -> Settings:
+        receivers.parse_all(self.webhooks)  # a ReceiverError (a ValueError) names the bad one
+        return self
 
     @model_validator(mode="after")
     def _lease_outlasts_a_send(self) -> Settings:

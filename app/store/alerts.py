@@ -61,16 +61,25 @@ def open_alerts(conn: Connection, sources: list[str]) -> list[AlertRecord]:
 class Delivery:
     id: int
     key: str  # the idempotency key: the same for every resend of this delivery
-    url: str
+    url: str  # the receiver's spec (app.alerts.receivers)
     attempts: int
-    event: dict  # the change and the alert, as the payload needs them
+    events: list[dict]  # the changes it carries, in order, each with its alert, as payloads need them
 
 
-def enqueue(conn: Connection, event_ids: list[int], urls: list[str], now: float) -> None:
+def peak_severities(conn: Connection, alert_ids: list[str]) -> dict[str, str]:
+    """Alert id -> the highest severity any of its changes had (routing by severity: a
+    receiver that heard an alert fire as a warning hears it resolve as info)."""
+    rank = {"info": 1, "warning": 2, "critical": 3}
+    return {alert_id: max(had, key=lambda s: rank.get(s, 0)) for alert_id, had in severities(conn, alert_ids).items()}
+
+
+def enqueue(conn: Connection, run_id: int, groups: dict[str, list[int]], now: float) -> None:
+    """One delivery per receiver spec, carrying that receiver's changes (event ids, in order)."""
     rows = [
-        {"event_id": e, "url": u, "key": uuid.uuid4().hex, "status": "pending", "attempts": 0, "next_attempt_at": now}
-        for e in event_ids
-        for u in urls
+        {"event_id": ids[0], "event_ids": ids, "run_id": run_id, "url": url, "key": uuid.uuid4().hex,
+         "status": "pending", "attempts": 0, "next_attempt_at": now}
+        for url, ids in groups.items()
+        if ids
     ]
     if rows:
         conn.execute(deliveries.insert(), rows)
@@ -81,30 +90,76 @@ def claim_due(conn: Connection, due_by: float, lease_until: float, limit: int, c
     commits the claim before sending: until the lease ends no other process (PostgreSQL:
     `FOR UPDATE SKIP LOCKED`; SQLite: the write lock) claims them, and only the holder of
     the claim may record how the sending went.  A claim whose lease ended (its process
-    died, or was too slow) is due again, under the same key."""
+    died, or was too slow) is due again, under the same key.
+
+    A delivery waits while an earlier one of its run to its receiver is not delivered: each
+    receiver gets a run's changes in order, so a batch holds at most one of each queue and
+    may send them all at once."""
+    earlier = deliveries.alias("earlier")
+    blocked = sa.exists().where(
+        earlier.c.run_id == deliveries.c.run_id, earlier.c.url == deliveries.c.url, earlier.c.id < deliveries.c.id,
+        earlier.c.status != "delivered",
+    )
     due = (
-        sa.select(deliveries.c.id, deliveries.c.key, deliveries.c.url, deliveries.c.attempts, alert_events, alerts.c.finding)
-        .join(alert_events, alert_events.c.id == deliveries.c.event_id)
-        .join(alerts, alerts.c.id == alert_events.c.alert_id)
-        .where(deliveries.c.status.in_(("pending", "failed", "sending")), deliveries.c.next_attempt_at <= due_by)
+        sa.select(deliveries.c.id, deliveries.c.key, deliveries.c.url, deliveries.c.attempts, deliveries.c.event_id,
+                  deliveries.c.event_ids)
+        .where(deliveries.c.status.in_(("pending", "failed", "sending")), deliveries.c.next_attempt_at <= due_by, ~blocked)
         .order_by(deliveries.c.next_attempt_at, deliveries.c.id)
         .limit(limit)
     )
     if conn.dialect.name == "postgresql":
         due = due.with_for_update(of=deliveries, skip_locked=True)
     rows = conn.execute(due).all()
-    if rows:
-        conn.execute(
-            deliveries.update()
-            .where(deliveries.c.id.in_([r.id for r in rows]))
-            .values(status="sending", claimed_by=claim, next_attempt_at=lease_until)
-        )
-    return [
-        Delivery(r.id, r.key, r.url, r.attempts, {"change": r.change, "state": r.state, "step": r.step, "time": r.time,
-                                                  "severity": r.severity, "classification": r.classification,
-                                                  "alert": r.finding})
+    if not rows:
+        return []
+    conn.execute(
+        deliveries.update()
+        .where(deliveries.c.id.in_([r.id for r in rows]))
+        .values(status="sending", claimed_by=claim, next_attempt_at=lease_until)
+    )
+    changes = _changes(conn, {e for r in rows for e in (r.event_ids or [r.event_id])})
+    return [Delivery(r.id, r.key, r.url, r.attempts, [changes[e] for e in (r.event_ids or [r.event_id]) if e in changes])
+            for r in rows]
+
+
+def _changes(conn: Connection, event_ids: set[int]) -> dict[int, dict]:
+    """Event id -> the change as payloads carry it, with when its alert first fired."""
+    query = (
+        sa.select(alert_events, alerts.c.finding)
+        .join(alerts, alerts.c.id == alert_events.c.alert_id)
+        .where(alert_events.c.id.in_(event_ids))
+    )
+    rows = conn.execute(query).all()
+    ids = list({r.alert_id for r in rows})
+    first, had = first_fired(conn, ids), severities(conn, ids)
+    return {
+        r.id: {"change": r.change, "state": r.state, "step": r.step, "time": r.time, "severity": r.severity,
+               "classification": r.classification, "alert": r.finding, "fired_at": first.get(r.alert_id, r.time),
+               "severities": sorted(had.get(r.alert_id, {r.severity}))}
         for r in rows
-    ]
+    }
+
+
+def severities(conn: Connection, alert_ids: list[str]) -> dict[str, set[str]]:
+    """Alert id -> every severity its changes had."""
+    out: dict[str, set[str]] = {}
+    if alert_ids:
+        query = sa.select(alert_events.c.alert_id, alert_events.c.severity).where(alert_events.c.alert_id.in_(alert_ids))
+        for alert_id, severity in conn.execute(query.distinct()):
+            out.setdefault(alert_id, set()).add(severity)
+    return out
+
+
+def first_fired(conn: Connection, alert_ids: list[str]) -> dict[str, float]:
+    """Alert id -> when it first fired (Alertmanager's startsAt)."""
+    if not alert_ids:
+        return {}
+    query = (
+        sa.select(alert_events.c.alert_id, sa.func.min(alert_events.c.time))
+        .where(alert_events.c.alert_id.in_(alert_ids))
+        .group_by(alert_events.c.alert_id)
+    )
+    return dict(conn.execute(query).all())
 
 
 def _held(delivery_id: int, claim: str):
@@ -205,3 +260,17 @@ def open_counts(conn: Connection) -> dict[int, dict[str, int]]:
     for run_id, severity, n in conn.execute(query):
         out.setdefault(run_id, {})[severity] = n
     return out
+
+
+def firing(conn: Connection) -> list[tuple[AlertRecord, float]]:
+    """(record, when it first fired) of every firing alert neither inhibited nor silenced:
+    what Alertmanager is told again, so it keeps them firing."""
+    query = (
+        sa.select(alerts, runs.c.name)
+        .join(runs, runs.c.id == alerts.c.run_id)
+        .where(alerts.c.state == State.FIRING.value, alerts.c.inhibited_by.is_(None), alerts.c.silenced == 0)
+        .order_by(alerts.c.id)
+    )
+    records = [_record(row) for row in conn.execute(query)]
+    fired = first_fired(conn, [r.id for r in records])
+    return [(r, fired.get(r.id, r.since_time)) for r in records]

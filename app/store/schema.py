@@ -141,7 +141,12 @@ deliveries = Table(
     Column("last_error", Text),
     Column("next_attempt_at", Double, nullable=False),  # when sending: the end of the claim's lease
     Column("delivered_at", Double),
+    # The run whose changes it carries (NULL: queued before 0008): a receiver gets a run's
+    # deliveries in order, each only once those before it were delivered.
+    Column("run_id", Integer),
+    Column("event_ids", JSON),  # every change it carries, in order (NULL: just `event_id`)
     Index("ix_deliveries_status", "status", "next_attempt_at"),
+    Index("ix_deliveries_run", "run_id", "id"),
     UniqueConstraint("key", name="uq_deliveries_key"),
 )
 
@@ -165,4 +170,22 @@ tokens = Table(
     Column("hash", String(64), nullable=False, unique=True),  # sha256 of the token: never the token
     Column("scopes", Text, nullable=False),  # "read" or "read write"
     Column("created_at", Double, nullable=False),
+)
+
+# Silences (app/alerts/silences.py): globs on an alert's run, kind, tag, severity and id
+# (NULL: any), until `ends_at`; expiring one sets `ends_at` to then.
+silences = Table(
+    "silences",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("run", Text),
+    Column("kind", Text),
+    Column("tag", Text),
+    Column("severity", Text),
+    Column("alert_id", Text),
+    Column("created_by", Text, nullable=False),
+    Column("comment", Text, nullable=False),
+    Column("created_at", Double, nullable=False),
+    Column("ends_at", Double, nullable=False),
+    Index("ix_silences_ends_at", "ends_at"),
 )
