@@ -7,14 +7,15 @@ reads, and `analyze_now` runs the two phases in transactions of its own."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 from sqlalchemy.engine import Connection
 
 from analyzers.config import AnalysisConfig
-from app.alerts.lifecycle import Event, evaluate
+from app import liveness
+from app.alerts.lifecycle import AlertRecord, Event, State, evaluate
 from app.analysis import Alert, AnalysisFailed, assess_writes
 from app.ingest.logdir import RunState
 from app.ingest.points import Points
@@ -51,8 +52,11 @@ def store_points(
     if len(points):
         newest = int(points.step.max())
         last_step = newest if last_step is None else max(last_step, newest)
-    updated = replace(run, state=state, points=run.points + len(points), last_step=last_step, updated_at=now)
+    alive = liveness.observe(run, points, now)
+    updated = replace(run, state=state, points=run.points + len(points), last_step=last_step, updated_at=now, **alive)
     stored_runs.save_run(conn, run, state, updated.points, last_step, now)
+    if alive:
+        conn.execute(runs.update().where(runs.c.id == run.id).values(**alive))
     return updated
 
 
@@ -89,7 +93,10 @@ def assess(conn: Connection, run: StoredRun, config: AnalysisConfig) -> Assessme
     return Assessment(run.points, run.last_step, alerts, health=health.to_dict())
 
 
-def apply(conn: Connection, run: StoredRun, assessment: Assessment, webhooks: Sequence[str], now: float) -> Applied:
+def apply(
+    conn: Connection, run: StoredRun, assessment: Assessment, webhooks: Sequence[str], now: float,
+    config: AnalysisConfig = AnalysisConfig(),
+) -> Applied:
     """Move the run's alerts along by an assessment and queue their deliveries (not for
     silenced alerts) and returns the changes to report.  `run` is the locked row.  An
     assessment older than the last one applied is dropped (two analyses of a run can finish
@@ -104,19 +111,78 @@ def apply(conn: Connection, run: StoredRun, assessment: Assessment, webhooks: Se
     if assessment.error is not None:
         conn.execute(runs.update().where(runs.c.id == run.id).values(**done))
         return Applied([], assessment.error)
-    records, events = evaluate(stored_alerts.load_alerts(conn, run.id), assessment.current, assessment.last_step, now)
+    stored = stored_alerts.load_alerts(conn, run.id)
+    detected = {k: r for k, r in stored.items() if r.kind != liveness.STALE}  # judged by time, below
+    changes = record_changes(conn, run, detected, assessment.current, assessment.last_step, webhooks, now)
+    done["health"] = assessment.health
+    conn.execute(runs.update().where(runs.c.id == run.id).values(analyzed_points=assessment.points, **done))
+    return Applied(changes + refresh_liveness(conn, run, config, webhooks, now, stored))
+
+
+def record_changes(
+    conn: Connection, run: StoredRun, stored: dict[str, AlertRecord], current: list[Alert], last_step: int | None,
+    webhooks: Sequence[str], now: float,
+) -> list[Reported]:
+    """Move these alerts along, keep their changes and queue their deliveries (not for
+    silenced alerts); returns the changes to report."""
+    records, events = evaluate(stored, current, last_step, now)
     stored_alerts.save_alerts(conn, run.id, records)
     reported = list(zip(stored_alerts.add_events(conn, events, now), events))
     quiet = stored_alerts.silenced_ids(conn, [e.record.id for _, e in reported])
     stored_alerts.enqueue(conn, [i for i, e in reported if e.record.id not in quiet], list(webhooks), now)
-    done["health"] = assessment.health
-    conn.execute(runs.update().where(runs.c.id == run.id).values(analyzed_points=assessment.points, **done))
-    return Applied([Reported(run.source, e, i) for i, e in reported])
+    return [Reported(run.source, e, i) for i, e in reported]
+
+
+def refresh_liveness(
+    conn: Connection, run: StoredRun, config: AnalysisConfig, webhooks: Sequence[str], now: float,
+    stored: dict[str, AlertRecord] | None = None,
+) -> list[Reported]:
+    """Fire, or resolve, the locked run's `stale` alert as of `now` (nothing is written
+    when nothing changes: the service's loop calls this for quiet runs every few seconds)."""
+    if stored is None:
+        stored = stored_alerts.load_alerts(conn, run.id)
+    stale = {k: r for k, r in stored.items() if r.kind == liveness.STALE}
+    current = liveness.stale_alerts(run, stale, config, now)
+    open_ids = {k for k, r in stale.items() if r.state is not State.RESOLVED}
+    if {a.id for a in current if a.finding.ongoing} == open_ids and all(a.finding.ongoing for a in current):
+        return []
+    return record_changes(conn, run, stale, current, run.last_step, webhooks, now)
+
+
+def check_liveness(
+    store: Store, config: AnalysisConfig, webhooks: Sequence[str], now: float, sources: list[str] | None = None,
+    hold: Callable[[Connection, list[Reported]], None] | None = None,
+) -> list[Reported]:
+    """Judge every quiet run (of these sources; None: all) for staleness, each under its own
+    lock: the scan and the service's background loop call this, so a run that stops posting
+    fires with no new data arriving, once (two checkers take turns on a run's lock).
+    `hold` sees each run's changes inside the transaction that made them (a scan holds
+    them until printed)."""
+    floor = min([config.stale.min_minutes] + [config.for_run(o.source or "", o.run or "").stale.min_minutes
+                                               for o in config.overrides]) * 60.0
+    with store.read() as conn:
+        quiet = stored_runs.quiet_runs(conn, now - floor, sources)
+    changes: list[Reported] = []
+    for candidate in quiet:
+        with store.write() as conn:
+            run = stored_runs.lock_run(conn, candidate.source, candidate.name, now)
+            changed = refresh_liveness(conn, run, config, webhooks, now)
+            if hold is not None and changed:
+                hold(conn, changed)
+            changes += changed
+    return changes
+
+
+def finish(conn: Connection, run: StoredRun, config: AnalysisConfig, webhooks: Sequence[str], now: float) -> list[Reported]:
+    """Mark the locked run finished (its job ended normally): no stale alert from now on,
+    and an open one resolves.  New points un-finish it."""
+    conn.execute(runs.update().where(runs.c.id == run.id).values(finished_at=now))
+    return refresh_liveness(conn, replace(run, finished_at=now), config, webhooks, now)
 
 
 def reassess(conn: Connection, run: StoredRun, config: AnalysisConfig, webhooks: Sequence[str], now: float) -> Applied:
     """Analyse and apply in the caller's one transaction (a scan: crash-safe as a whole)."""
-    return apply(conn, run, assess(conn, run, config), webhooks, now)
+    return apply(conn, run, assess(conn, run, config), webhooks, now, config)
 
 
 def analyze_now(store: Store, run: StoredRun, config: AnalysisConfig, webhooks: Sequence[str], now: float) -> Applied:
@@ -125,7 +191,7 @@ def analyze_now(store: Store, run: StoredRun, config: AnalysisConfig, webhooks: 
         assessment = assess(conn, run, config)
     with store.write() as conn:
         locked = stored_runs.lock_run(conn, run.source, run.name, now)
-        return apply(conn, locked, assessment, webhooks, now)
+        return apply(conn, locked, assessment, webhooks, now, config)
 
 
 def mark_dirty(conn: Connection, run: StoredRun, now: float) -> None:
