@@ -137,33 +137,44 @@ def refresh_liveness(
     conn: Connection, run: StoredRun, config: AnalysisConfig, webhooks: Sequence[str], now: float,
     stored: dict[str, AlertRecord] | None = None,
 ) -> list[Reported]:
-    """Fire, or resolve, the locked run's `stale` alert as of `now` (nothing is written
-    when nothing changes: the service's loop calls this for quiet runs every few seconds)."""
+    """Fire, or resolve, the locked run's `stale` alert as of `now`."""
     if stored is None:
         stored = stored_alerts.load_alerts(conn, run.id)
     stale = {k: r for k, r in stored.items() if r.kind == liveness.STALE}
-    current = liveness.stale_alerts(run, stale, config, now)
-    open_ids = {k for k, r in stale.items() if r.state is not State.RESOLVED}
-    if {a.id for a in current if a.finding.ongoing} == open_ids and all(a.finding.ongoing for a in current):
+    current = _stale_changes(run, stale, config, now)
+    if current is None:
         return []
     return record_changes(conn, run, stale, current, run.last_step, webhooks, now)
+
+
+def _stale_changes(run: StoredRun, stale: dict[str, AlertRecord], config: AnalysisConfig, now: float) -> list[Alert] | None:
+    """The run's `stale` alerts as of now, or None when that changes nothing stored (the
+    service's loop asks this of every quiet run every few seconds: only a change writes)."""
+    current = liveness.stale_alerts(run, stale, config, now)
+    open_ids = {k for k, r in stale.items() if r.state is not State.RESOLVED}
+    if all(a.finding.ongoing for a in current) and {a.id for a in current} == open_ids:
+        return None
+    return current
 
 
 def check_liveness(
     store: Store, config: AnalysisConfig, webhooks: Sequence[str], now: float, sources: list[str] | None = None,
     hold: Callable[[Connection, list[Reported]], None] | None = None,
 ) -> list[Reported]:
-    """Judge every quiet run (of these sources; None: all) for staleness, each under its own
-    lock: the scan and the service's background loop call this, so a run that stops posting
-    fires with no new data arriving, once (two checkers take turns on a run's lock).
-    `hold` sees each run's changes inside the transaction that made them (a scan holds
-    them until printed)."""
+    """Judge every quiet run (of these sources; None: all) for staleness: the scan and the
+    service's background loop call this, so a run that stops posting fires with no new data
+    arriving.  Runs are read first; only one whose stale alert changes is locked and judged
+    again under its lock, so two checkers report each change once.  `hold` sees each run's
+    changes inside the transaction that made them (a scan holds them until printed)."""
     floor = min([config.stale.min_minutes] + [config.for_run(o.source or "", o.run or "").stale.min_minutes
                                                for o in config.overrides]) * 60.0
     with store.read() as conn:
         quiet = stored_runs.quiet_runs(conn, now - floor, sources)
+        stale = stored_alerts.open_of_kind(conn, liveness.STALE)
     changes: list[Reported] = []
     for candidate in quiet:
+        if _stale_changes(candidate, stale.get(candidate.id, {}), config, now) is None:
+            continue
         with store.write() as conn:
             run = stored_runs.lock_run(conn, candidate.source, candidate.name, now)
             changed = refresh_liveness(conn, run, config, webhooks, now)

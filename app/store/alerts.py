@@ -20,6 +20,18 @@ def load_alerts(conn: Connection, run_id: int) -> dict[str, AlertRecord]:
     return {row.id: _record(row) for row in conn.execute(query)}
 
 
+def open_of_kind(conn: Connection, kind: str) -> dict[int, dict[str, AlertRecord]]:
+    """Run id -> its open (not resolved) alerts of one kind, in one query."""
+    query = (
+        sa.select(alerts, runs.c.name).join(runs, runs.c.id == alerts.c.run_id)
+        .where(alerts.c.kind == kind, alerts.c.state != State.RESOLVED.value)
+    )
+    out: dict[int, dict[str, AlertRecord]] = {}
+    for row in conn.execute(query):
+        out.setdefault(row.run_id, {})[row.id] = _record(row)
+    return out
+
+
 def save_alerts(conn: Connection, run_id: int, records: Iterable[AlertRecord]) -> None:
     for r in records:
         values = {
