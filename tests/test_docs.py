@@ -67,3 +67,16 @@ def test_every_http_route_is_documented():
             path = re.sub(r"\{(\w+?)(:path)?\}", lambda m: "{run}" if m.group(1) == "run" else "{id}", route.path)
             for method in route.methods - {"HEAD"}:
                 assert f"{method} {path}" in README, (method, path)
+
+
+def test_every_metric_is_documented(tmp_path):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.service_helpers import service
+
+    with service(f"sqlite:///{tmp_path / 'store.db'}") as client:
+        client.post("/v1/runs/r/points", json={"points": [{"step": 1, "tag": "train/loss", "value": 1.0}]})
+        families = {f.name for f in text_string_to_metric_families(client.get("/metrics").text)}
+    assert "losswatch_run_last_step" in families
+    for name in families - {f for f in families if f.endswith("_created")}:  # a counter's start time, not ours
+        assert f"`{name}" in README, name
