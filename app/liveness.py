@@ -92,10 +92,13 @@ def _schedule_ended(run: StoredRun, config: StaleConfig, roles: dict[str, str] |
     return False
 
 
-def status(run: StoredRun, config: AnalysisConfig, now: float) -> str:
-    """running, finished or stale: what the runs list shows."""
+def status(run: StoredRun, config: AnalysisConfig, now: float, alerting: bool = False) -> str:
+    """running, finished or stale: what the runs list shows.  Stale while its `stale` alert
+    is open (`alerting`: a scan with other settings may have fired it), or as of now."""
     if run.finished_at is not None:
         return "finished"
+    if alerting:
+        return "stale"
     own = config.for_run(run.source, run.name)
     if stale_finding(liveness(run, own.stale, own.roles), run.last_step, now, own.stale) is not None:
         return "stale"

@@ -140,6 +140,7 @@ def test_finish_marks_a_run_finished_resolves_its_stale_alert_and_new_points_unf
         assert seen["status"] == "running" and seen["last_seen"] is not None
         fired = check_liveness(store, AnalysisConfig(), [], seen["last_seen"] + 601)
         assert [(c[0], c[2], c[3]) for c in changes(fired)] == [("firing", "stale", 49)]
+        assert client.get("/v1/runs").json()[0]["status"] == "stale"  # its stale alert is open
         finished = client.post("/v1/runs/job/finish")
         assert finished.status_code == 200
         body = finished.json()

@@ -41,8 +41,9 @@ def list_runs(request: Request) -> list[RunSummary]:
     with store_of(request).read() as conn:
         runs = stored_runs.list_runs(conn)
         open_counts = stored_alerts.open_counts(conn)
+        stale = stored_alerts.open_of_kind(conn, liveness.STALE)
     now = time.time()
-    return [_summary(r, open_counts.get(r.id, {}), settings_of(request).analysis, now) for r in runs]
+    return [_summary(r, open_counts.get(r.id, {}), settings_of(request).analysis, now, r.id in stale) for r in runs]
 
 
 @router.get("/{run:path}/series", response_model=SeriesResponse, responses=_SERIES_ERRORS, summary="One tag's points, downsampled")
@@ -96,8 +97,9 @@ def get_run(request: Request, run: str = RunName, source: str | None = Source) -
         tags = stored_runs.tag_summary(conn, found.id)
         rollbacks = stored_runs.rollback_rows(conn, found.id)
         counts = stored_alerts.open_counts(conn).get(found.id, {})
+        alerting = found.id in stored_alerts.open_of_kind(conn, liveness.STALE)
     config = settings_of(request).analysis
-    summary = _summary(found, counts, config, time.time())
+    summary = _summary(found, counts, config, time.time(), alerting)
     return RunDetail(
         **summary.model_dump(),
         overrides=[o.label for o in config.applied(found.source, found.name)],
@@ -107,9 +109,9 @@ def get_run(request: Request, run: str = RunName, source: str | None = Source) -
 
 
 
-def _summary(run, counts: dict[str, int], config: AnalysisConfig, now: float) -> RunSummary:
+def _summary(run, counts: dict[str, int], config: AnalysisConfig, now: float, alerting: bool) -> RunSummary:
     return RunSummary(
         source=run.source, name=run.name, points=run.points, last_step=run.last_step, updated_at=run.updated_at,
         open_alerts={s: counts.get(s, 0) for s in ("critical", "warning", "info")}, analysis_error=run.analysis_error,
-        health=run.health, last_seen=run.last_seen_at, status=liveness.status(run, config, now),
+        health=run.health, last_seen=run.last_seen_at, status=liveness.status(run, config, now, alerting),
     )
