@@ -48,16 +48,15 @@ def observe(run: StoredRun, points: Points, now: float) -> dict[str, Any]:
     pace["gaps"] = (list(pace.get("gaps", [])) + [float(g) for g in gaps if g > 0])[-RECENT_GAPS:]
     pace["newest"] = float(step_times.max()) if newest is None else max(float(newest), float(step_times.max()))
     tags = dict(pace.get("tags", {}))
-    for t, name in enumerate(points.tags):
-        mine = np.flatnonzero(points.tag == t)
-        if not len(mine):
-            continue
-        last = mine[np.lexsort((mine, points.step[mine]))[-1]]
-        values = points.value[mine]
-        finite = values[np.isfinite(values)]
-        peaks = [float(finite.max())] if len(finite) else []
-        peaks += [p for p in tags.get(name, [None, None])[1:] if p is not None]
-        tags[name] = [_json(float(points.value[last])), max(peaks, default=None)]
+    by_tag = np.lexsort((np.arange(len(points)), points.step, points.tag))  # each tag's latest step last
+    tag, value = points.tag[by_tag], points.value[by_tag]
+    ends = np.append(np.flatnonzero(np.diff(tag)), len(tag) - 1)
+    starts = np.insert(ends[:-1] + 1, 0, 0)
+    peaks = np.maximum.reduceat(np.where(np.isfinite(value), value, -np.inf), starts)
+    for end, peak in zip(ends, peaks):
+        name = points.tags[tag[end]]
+        known = [p for p in tags.get(name, [None, None])[1:] if p is not None]
+        tags[name] = [_json(float(value[end])), max(known + ([float(peak)] if np.isfinite(peak) else []), default=None)]
     pace["tags"] = tags
     first_seen = run.last_seen_at if run.last_seen_at is not None else now
     return {"pace": pace, "last_seen_at": max(first_seen, pace["newest"]), "finished_at": None}
