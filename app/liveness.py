@@ -68,10 +68,10 @@ def liveness(run: StoredRun, config: StaleConfig, roles: dict[str, str] | None =
                     _schedule_ended(run, config, roles))
 
 
-def last_values(run: StoredRun, roles: dict[str, str] | None = None) -> dict[str, float]:
+def last_values(name: str, pace: dict | None, roles: dict[str, str] | None = None) -> dict[str, float]:
     """Role -> the last value of the run's first tag (by name) of that role (finite ones only)."""
-    tags = (run.pace or {}).get("tags", {})
-    assigned = assign_roles(sorted(tags), roles, run.name)
+    tags = (pace or {}).get("tags", {})
+    assigned = assign_roles(sorted(tags), roles, name)
     out: dict[str, float] = {}
     for tag in sorted(tags):
         value = tags[tag][0]

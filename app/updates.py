@@ -170,7 +170,7 @@ def check_liveness(
                                                for o in config.overrides]) * 60.0
     with store.read() as conn:
         quiet = stored_runs.quiet_runs(conn, now - floor, sources)
-        stale = stored_alerts.open_of_kind(conn, liveness.STALE)
+        stale = stored_alerts.open_of_kind(conn, liveness.STALE, [r.id for r in quiet])
     changes: list[Reported] = []
     for candidate in quiet:
         if _stale_changes(candidate, stale.get(candidate.id, {}), config, now) is None:

@@ -68,7 +68,7 @@ class _StoreCollector:
         up.add_metric([], 1)
         yield up
 
-    def _runs(self, runs: list[stored_runs.StoredRun], open_counts: dict[int, dict[str, int]], total: int):
+    def _runs(self, runs: list[stored_runs.RunPace], open_counts: dict[int, dict[str, int]], total: int):
         stored = GaugeMetricFamily("losswatch_runs", "Runs in the store (the per-run series cover the most recent "
                                                      "losswatch_runs_exported of them)")
         stored.add_metric([], total)
@@ -92,7 +92,7 @@ class _StoreCollector:
             for severity in ("critical", "warning", "info"):
                 alerts.add_metric([*labels, severity], counts.get(severity, 0))
             roles = self.config.for_run(run.source, run.name).roles
-            for role, value in sorted(liveness.last_values(run, roles).items()):
+            for role, value in sorted(liveness.last_values(run.name, run.pace, roles).items()):
                 if role != "other" and math.isfinite(value):
                     values.add_metric([*labels, role], value)
         yield from (stored, exported, step, seen, alerts, values)

@@ -387,21 +387,42 @@ def dirty_runs(conn: Connection, analysed_before: float) -> list[StoredRun]:
 
 
 def quiet_runs(conn: Connection, seen_before: float, sources: list[str] | None = None) -> list[StoredRun]:
-    """Runs not marked finished whose newest point is older than `seen_before`, and runs
-    with an open `stale` alert (which may have to resolve), of these sources (None: all)."""
-    open_stale = sa.select(alerts.c.run_id).where(alerts.c.kind == "stale", alerts.c.state != "resolved")
+    """The runs whose `stale` alert may have to change: those not finished, seen last before
+    `seen_before` and without an open stale alert about their last step (one that is open
+    stays so until the run moves), and those whose open stale alert is about another step
+    or a run since marked finished (it may have to resolve).  A service asks this every few
+    seconds: runs already judged cost nothing."""
+    open_stale = sa.and_(alerts.c.run_id == runs.c.id, alerts.c.kind == "stale", alerts.c.state != "resolved")
+    judged = sa.exists().where(open_stale, alerts.c.start_step == runs.c.last_step)
+    outdated = sa.exists().where(open_stale, sa.or_(alerts.c.start_step != runs.c.last_step, runs.c.finished_at.is_not(None)))
     query = sa.select(runs).where(
-        sa.or_(sa.and_(runs.c.finished_at.is_(None), runs.c.last_seen_at < seen_before), runs.c.id.in_(open_stale))
+        sa.or_(sa.and_(runs.c.finished_at.is_(None), runs.c.last_seen_at < seen_before, ~judged), outdated)
     )
     if sources is not None:
         query = query.where(runs.c.source.in_(sources))
     return [_stored(row) for row in conn.execute(query.order_by(runs.c.id))]
 
 
-def recent_runs(conn: Connection, limit: int) -> list[StoredRun]:
+@dataclass(frozen=True)
+class RunPace:
+    """What /metrics exports of a run (no points, no reading state)."""
+
+    id: int
+    source: str
+    name: str
+    last_step: int | None
+    last_seen_at: float | None
+    pace: dict | None
+
+
+def recent_runs(conn: Connection, limit: int) -> list[RunPace]:
     """The `limit` runs that advanced most recently (the metrics endpoint's cardinality cap)."""
-    query = sa.select(runs).order_by(sa.func.coalesce(runs.c.last_seen_at, runs.c.updated_at).desc(), runs.c.id).limit(limit)
-    return [_stored(row) for row in conn.execute(query)]
+    query = (
+        sa.select(runs.c.id, runs.c.source, runs.c.name, runs.c.last_step, runs.c.last_seen_at, runs.c.pace)
+        .order_by(sa.func.coalesce(runs.c.last_seen_at, runs.c.updated_at).desc(), runs.c.id)
+        .limit(limit)
+    )
+    return [RunPace(*row) for row in conn.execute(query)]
 
 
 def count_runs(conn: Connection) -> int:
