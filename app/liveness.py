@@ -63,6 +63,8 @@ def observe(run: StoredRun, points: Points, now: float) -> dict[str, Any]:
 
 
 def liveness(run: StoredRun, config: StaleConfig, roles: dict[str, str] | None = None) -> Liveness:
+    """What `analyzers.liveness` judges a run by, from its stored row (roles: the run's own,
+    to find its LR tags)."""
     pace = run.pace or {}
     return Liveness(run.last_seen_at, usual_interval(pace.get("gaps", [])), run.finished_at is not None,
                     _schedule_ended(run, config, roles))

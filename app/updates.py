@@ -166,8 +166,8 @@ def check_liveness(
     arriving.  Runs are read first; only one whose stale alert changes is locked and judged
     again under its lock, so two checkers report each change once.  `hold` sees each run's
     changes inside the transaction that made them (a scan holds them until printed)."""
-    floor = min([config.stale.min_minutes] + [config.for_run(o.source or "", o.run or "").stale.min_minutes
-                                               for o in config.overrides]) * 60.0
+    floor = min([config.stale.min_minutes] + [float(o.settings["stale"]["min_minutes"]) for o in config.overrides
+                                               if "min_minutes" in o.settings.get("stale", {})]) * 60.0
     with store.read() as conn:
         quiet = stored_runs.quiet_runs(conn, now - floor, sources)
         stale = stored_alerts.open_of_kind(conn, liveness.STALE, [r.id for r in quiet])

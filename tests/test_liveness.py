@@ -192,3 +192,12 @@ def test_the_series_api_returns_wall_times(store_url):
         small = client.get("/v1/runs/r/series", params={"tag": "train/loss", "max_points": 50}).json()
         assert small["downsampled"] and len(small["wall_times"]) == len(small["points"])
         assert all(w == T0 + 2 * s for (s, _), w in zip(small["points"], small["wall_times"]) if s >= 6)
+
+
+def test_an_override_with_a_lower_floor_is_checked_for_its_runs(store, tmp_path):
+    run_files(tmp_path / "fast-1", 99)
+    run_files(tmp_path / "slow-1", 99)
+    config = AnalysisConfig.from_mapping({"override": [{"run": "fast-*", "stale": {"min_minutes": 2.0}}]})
+    scan(store, [str(tmp_path)], config=config, clock=lambda: T0 + 990)
+    later = scan(store, [str(tmp_path)], config=config, clock=lambda: T0 + 990 + 121)
+    assert [(c[0], c[1]) for c in changes(later.events)] == [("firing", "fast-1")]
