@@ -28,6 +28,7 @@ class Kind(str, enum.Enum):
     PLATEAU = "plateau"
     OVERFITTING = "overfitting"
     RESTART = "restart"
+    STALE = "stale"  # the run stopped advancing (analyzers/liveness.py)
 
     def __str__(self) -> str:
         return self.value

@@ -120,7 +120,9 @@ def assess_writes(
     config: AnalysisConfig = AnalysisConfig(),
 ) -> tuple[list[Alert], RunHealth]:
     """Alerts and health of a run given as every write of each tag.  Raises
-    AnalysisFailed, never anything else, when the detectors fail on it."""
+    AnalysisFailed, never anything else, when the detectors fail on it.  The run is
+    analysed with its own settings: `config`'s overrides that match it applied."""
+    config = config.for_run(source, run)
     try:
         prepared = prepare_run(writes, resumes, config.roles, run)
         findings = analyze_run(prepared, config)

@@ -271,12 +271,15 @@ def scan(
               help="Seconds for each step of a webhook request: connecting, sending, awaiting the answer.")
 @click.option("--delivery-lease", default=120.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Seconds a claimed webhook delivery is held; if its process dies, another sends it after this.")
+@click.option("--metrics-max-runs", default=1000, show_default=True, type=click.IntRange(min=0),
+              help="/metrics has per-run series for this many runs, those that advanced most recently.")
 def serve(
     host: str, port: int, db_url: str | None, allowed_roots: tuple[str, ...], poll_interval: float,
     analysis_interval: float, max_body_bytes: int, max_points: int, max_heavy_requests: int,
     webhooks: tuple[str, ...], alertmanagers: tuple[str, ...], alertmanager_resend: float,
     config_file: str | None, external_url: str | None, insecure: bool,
     db_connect_timeout: float, db_statement_timeout: float, webhook_timeout: float, delivery_lease: float,
+    metrics_max_runs: int,
 ) -> None:
     """Run the HTTP service: ingest over HTTP, watched logdirs, the alerts API."""
     import uvicorn
@@ -300,7 +303,7 @@ def serve(
         webhooks=_receivers(webhooks, alertmanagers, config_file), alertmanager_resend=alertmanager_resend,
         analysis=_load_config(config_file), auth=_auth_mode(host, protected, insecure),
         external_url=external_url, db_connect_timeout=db_connect_timeout, db_statement_timeout=db_statement_timeout,
-        webhook_timeout=webhook_timeout, delivery_lease=delivery_lease,
+        webhook_timeout=webhook_timeout, delivery_lease=delivery_lease, metrics_max_runs=metrics_max_runs,
     )
     if insecure:
         click.echo("losswatch: --insecure: no request needs a token", err=True)

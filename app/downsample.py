@@ -15,6 +15,8 @@ import numpy as np
 
 MIN_POINTS = 8  # the smallest budget that still keeps the ends, both extremes and a NaN
 
+_Columns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # key, step, value, extra
+
 
 def minmax_indices(step: np.ndarray, value: np.ndarray, max_points: int) -> np.ndarray:
     """Sorted indices of at most `max_points` points of a series sorted by step that keep
@@ -51,7 +53,8 @@ class MinMaxSketch:
       group's maximum, so it survives, and the series' own extremes are always kept.
 
     State is O(max_points) whatever the length of the series: per fine bucket, its lowest,
-    highest and first non-finite point.
+    highest and first non-finite point.  Each point may carry an `extra` number (its wall
+    time) that rides along with it and plays no part in the choice.
     """
 
     def __init__(self, first_step: int, last_step: int, max_points: int) -> None:
@@ -63,51 +66,57 @@ class MinMaxSketch:
         self._first = float(first_step)
         span = float(last_step) - float(first_step)
         self._scale = self._buckets / span if span > 0 else 0.0
-        self._all: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = []  # while count <= max_points
-        self._all_nonfinite: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = []  # while <= r
+        self._all: list[_Columns] | None = []  # while count <= max_points
+        self._all_nonfinite: list[_Columns] | None = []  # while <= r
         self._lowest = _Table(self._buckets)
         self._highest = _Table(self._buckets)
         self._first_nonfinite = _Table(self._buckets)
         self._ends = _Table(2)  # 0: the lowest key, 1: the highest
 
-    def add(self, key: np.ndarray, step: np.ndarray, value: np.ndarray) -> None:
+    def add(self, key: np.ndarray, step: np.ndarray, value: np.ndarray, extra: np.ndarray | None = None) -> None:
         """Take a piece of the series: points not seen before, unique keys, any order."""
         if not len(key):
             return
         key, step, value = np.asarray(key, np.int64), np.asarray(step, np.int64), np.asarray(value, np.float64)
+        extra = np.full(len(key), np.nan) if extra is None else np.asarray(extra, np.float64)
         self.count += len(key)
         if self._all is not None:
-            self._all.append((key, step, value))
+            self._all.append((key, step, value, extra))
             if self.count > self.max_points:
                 self._all = None
         ends = np.array([np.argmin(key), np.argmax(key)])
-        self._ends.offer(np.array([0, 1]), key[ends], step[ends], value[ends], np.array([0.0, 0.0]), np.array([1, -1]))
+        self._ends.offer(np.array([0, 1]), (key[ends], step[ends], value[ends], extra[ends]), np.array([0.0, 0.0]),
+                         np.array([1, -1]))
         finite = np.isfinite(value)
         bucket = self._bucket(step)
         if not finite.all():
             bad = ~finite
             self.nonfinite += int(np.count_nonzero(bad))
             if self._all_nonfinite is not None:
-                self._all_nonfinite.append((key[bad], step[bad], value[bad]))
+                self._all_nonfinite.append((key[bad], step[bad], value[bad], extra[bad]))
                 if self.nonfinite > self.max_points // 4:
                     self._all_nonfinite = None
-            self._first_nonfinite.offer_best(bucket[bad], key[bad], step[bad], value[bad], np.zeros(int(bad.sum())))
-            key, step, value, bucket = key[finite], step[finite], value[finite], bucket[finite]
-        self._lowest.offer_best(bucket, key, step, value, value)
-        self._highest.offer_best(bucket, key, step, value, -value)
+            self._first_nonfinite.offer_best(bucket[bad], (key[bad], step[bad], value[bad], extra[bad]), np.zeros(int(bad.sum())))
+            key, step, value, extra, bucket = key[finite], step[finite], value[finite], extra[finite], bucket[finite]
+        self._lowest.offer_best(bucket, (key, step, value, extra), value)
+        self._highest.offer_best(bucket, (key, step, value, extra), -value)
 
     def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(key, step, value) of the points kept, sorted by key."""
+        return self.result_with_extra()[:3]
+
+    def result_with_extra(self) -> _Columns:
+        """(key, step, value, extra) of the points kept, sorted by key."""
         if self._all is not None:
             return _sorted_by_key(*_joined(self._all))
         nonfinite = self._kept_nonfinite()
         groups = (self.max_points - len(nonfinite[0]) - 2) // 2
         parts = [self._ends.filled(), nonfinite, self._lowest.grouped(groups), self._highest.grouped(groups)]
-        key, step, value = _joined(parts)
-        _, unique = np.unique(key, return_index=True)  # one point may be an end and an extreme
-        return key[unique], step[unique], value[unique]
+        columns = _joined(parts)
+        _, unique = np.unique(columns[0], return_index=True)  # one point may be an end and an extreme
+        return tuple(c[unique] for c in columns)  # type: ignore[return-value]
 
-    def _kept_nonfinite(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _kept_nonfinite(self) -> _Columns:
         if self._all_nonfinite is not None:
             return _joined(self._all_nonfinite)
         budget = self.max_points // 4
@@ -130,36 +139,36 @@ class _Table:
         self.key = np.zeros(size, np.int64)
         self.step = np.zeros(size, np.int64)
         self.value = np.zeros(size, np.float64)
+        self.extra = np.zeros(size, np.float64)
 
-    def offer_best(self, bucket: np.ndarray, key: np.ndarray, step: np.ndarray, value: np.ndarray, rank: np.ndarray) -> None:
-        """Offer the best point of each bucket among these."""
-        if len(key):
-            best = _best_per_group(bucket, rank, key)
-            self.offer(bucket[best], key[best], step[best], value[best], rank[best])
+    def offer_best(self, bucket: np.ndarray, columns: _Columns, rank: np.ndarray) -> None:
+        """Offer the best point of each bucket among these (columns: key, step, value, extra)."""
+        if len(columns[0]):
+            best = _best_per_group(bucket, rank, columns[0])
+            self.offer(bucket[best], tuple(c[best] for c in columns), rank[best])  # type: ignore[arg-type]
 
-    def offer(
-        self, bucket: np.ndarray, key: np.ndarray, step: np.ndarray, value: np.ndarray, rank: np.ndarray,
-        key_sign: np.ndarray | int = 1,
-    ) -> None:
+    def offer(self, bucket: np.ndarray, columns: _Columns, rank: np.ndarray, key_sign: np.ndarray | int = 1) -> None:
         """Offer one point per bucket (distinct buckets); `key_sign` -1 prefers the higher key."""
+        key, step, value, extra = columns
         old_rank, old_key = self.rank[bucket], self.key[bucket]
         later = np.where(np.asarray(key_sign) > 0, key < old_key, key > old_key)
         better = ~self.has[bucket] | (rank < old_rank) | ((rank == old_rank) & later)
         at = bucket[better]
         self.has[at] = True
         self.rank[at], self.key[at], self.step[at], self.value[at] = rank[better], key[better], step[better], value[better]
+        self.extra[at] = extra[better]
 
-    def filled(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return self.key[self.has], self.step[self.has], self.value[self.has]
+    def filled(self) -> _Columns:
+        return self.key[self.has], self.step[self.has], self.value[self.has], self.extra[self.has]
 
-    def grouped(self, groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def grouped(self, groups: int) -> _Columns:
         """The best point of each of `groups` equal runs of consecutive buckets."""
         at = np.flatnonzero(self.has)
         if not len(at):
             return self.filled()
         group = at * groups // len(self.has)
         best = at[_best_per_group(group, self.rank[at], self.key[at])]
-        return self.key[best], self.step[best], self.value[best]
+        return self.key[best], self.step[best], self.value[best], self.extra[best]
 
 
 def _best_per_group(group: np.ndarray, rank: np.ndarray, key: np.ndarray) -> np.ndarray:
@@ -179,15 +188,15 @@ def _starts(sorted_keys: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.diff(sorted_keys, prepend=sorted_keys[:1] - 1))
 
 
-def _joined(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _joined(parts: list[_Columns]) -> _Columns:
     if not parts:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64)
-    return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))  # type: ignore[return-value]
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64), np.zeros(0, np.float64)
+    return tuple(np.concatenate([p[i] for p in parts]) for i in range(4))  # type: ignore[return-value]
 
 
-def _sorted_by_key(key: np.ndarray, step: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _sorted_by_key(key: np.ndarray, step: np.ndarray, value: np.ndarray, extra: np.ndarray) -> _Columns:
     order = np.argsort(key, kind="stable")
-    return key[order], step[order], value[order]
+    return key[order], step[order], value[order], extra[order]
 
 
 def _check_budget(max_points: int) -> None:

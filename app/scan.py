@@ -1,5 +1,6 @@
 """One scan: read what is new under each path, re-analyse the runs that changed, move their
-alerts along their lifecycle and queue what must be delivered.
+alerts along their lifecycle, judge every quiet run of those paths for staleness
+(`app.liveness`) and queue what must be delivered.
 
 Each run is one transaction, holding its row lock: the new points, the offsets they were
 read up to, the alerts and their changes, and the outbox of deliveries commit together.  A
@@ -43,7 +44,7 @@ from app.store import reports
 from app.store import runs as stored_runs
 from app.store.db import Store
 from app.store.runs import StoredFile
-from app.updates import Reported, reassess, store_points
+from app.updates import Reported, check_liveness, reassess, store_points
 
 REPORT_LEASE = 15 * 60.0  # a scan on another host that holds changes this long without a commit is taken for dead
 DELIVERY_BUDGET = 10.0  # seconds a scan may spend delivering, after its own work
@@ -138,6 +139,7 @@ def scan(
             _scan_run(store, target, options, outcome)
         if progress:
             progress(done, len(targets))
+    outcome.events += check_liveness(store, config, webhooks, clock(), sources, hold=_holder(options))
     if client is not None:
         outcome.deliveries = _deliver(store, client, webhooks, delivery, clock, budget)
     return outcome
@@ -276,6 +278,14 @@ def _scan_text(store: Store, target: _Target, options: _Options, outcome: ScanOu
             outcome.changed += 1
             outcome.points += len(points)
             _reassess(conn, updated, options, now, outcome)
+
+
+def _holder(options: _Options) -> Callable[[object, list[Reported]], None] | None:
+    """What keeps a scan's stale changes held until printed, as `_reassess` does its others."""
+    reporter = options.reporter
+    if reporter is None:
+        return None
+    return lambda conn, changes: reports.hold(conn, [e.id for e in changes], reporter.claim, options.clock() + REPORT_LEASE)
 
 
 def _reassess(conn, run: stored_runs.StoredRun, options: _Options, now: float, outcome: ScanOutcome) -> None:

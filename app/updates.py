@@ -7,14 +7,15 @@ reads, and `analyze_now` runs the two phases in transactions of its own."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 from sqlalchemy.engine import Connection
 
 from analyzers.config import AnalysisConfig
-from app.alerts.lifecycle import Event, evaluate
+from app import liveness
+from app.alerts.lifecycle import AlertRecord, Event, State, evaluate
 from app.alerts.receivers import route
 from app.analysis import Alert, AnalysisFailed, assess_writes
 from app.ingest.logdir import RunState
@@ -53,8 +54,11 @@ def store_points(
     if len(points):
         newest = int(points.step.max())
         last_step = newest if last_step is None else max(last_step, newest)
-    updated = replace(run, state=state, points=run.points + len(points), last_step=last_step, updated_at=now)
+    alive = liveness.observe(run, points, now)
+    updated = replace(run, state=state, points=run.points + len(points), last_step=last_step, updated_at=now, **alive)
     stored_runs.save_run(conn, run, state, updated.points, last_step, now)
+    if alive:
+        conn.execute(runs.update().where(runs.c.id == run.id).values(**alive))
     return updated
 
 
@@ -91,10 +95,12 @@ def assess(conn: Connection, run: StoredRun, config: AnalysisConfig) -> Assessme
     return Assessment(run.points, run.last_step, alerts, health=health.to_dict())
 
 
-def apply(conn: Connection, run: StoredRun, assessment: Assessment, webhooks: Sequence[str], now: float) -> Applied:
-    """Move the run's alerts along by an assessment and queue their deliveries (not for
-    alerts silenced, by their flag or by an active silence; `webhooks` are receiver specs, each getting one message of the changes
-    it routes to) and returns the changes to report.  `run` is the locked row.  An
+def apply(
+    conn: Connection, run: StoredRun, assessment: Assessment, webhooks: Sequence[str], now: float,
+    config: AnalysisConfig = AnalysisConfig(),
+) -> Applied:
+    """Move the run's alerts along by an assessment and queue their deliveries (see
+    `record_changes`) and returns the changes to report.  `run` is the locked row.  An
     assessment older than the last one applied is dropped (two analyses of a run can finish
     out of order); one that missed points stored since leaves the run waiting for the next
     analysis.  A failed analysis is recorded on the run (the API and UI show it) and stops
@@ -107,7 +113,22 @@ def apply(conn: Connection, run: StoredRun, assessment: Assessment, webhooks: Se
     if assessment.error is not None:
         conn.execute(runs.update().where(runs.c.id == run.id).values(**done))
         return Applied([], assessment.error)
-    records, events = evaluate(stored_alerts.load_alerts(conn, run.id), assessment.current, assessment.last_step, now)
+    stored = stored_alerts.load_alerts(conn, run.id)
+    detected = {k: r for k, r in stored.items() if r.kind != liveness.STALE}  # judged by time, below
+    changes = record_changes(conn, run, detected, assessment.current, assessment.last_step, webhooks, now)
+    done["health"] = assessment.health
+    conn.execute(runs.update().where(runs.c.id == run.id).values(analyzed_points=assessment.points, **done))
+    return Applied(changes + refresh_liveness(conn, run, config, webhooks, now, stored))
+
+
+def record_changes(
+    conn: Connection, run: StoredRun, stored: dict[str, AlertRecord], current: list[Alert], last_step: int | None,
+    webhooks: Sequence[str], now: float,
+) -> list[Reported]:
+    """Move these alerts along, keep their changes and queue their deliveries (not for
+    alerts silenced, by their flag or by an active silence; each receiver spec in `webhooks`
+    gets one message of the changes it routes to); returns the changes to report."""
+    records, events = evaluate(stored, current, last_step, now)
     stored_alerts.save_alerts(conn, run.id, records)
     reported = list(zip(stored_alerts.add_events(conn, events, now), events))
     quiet = stored_alerts.silenced_ids(conn, [e.record.id for _, e in reported])
@@ -115,14 +136,70 @@ def apply(conn: Connection, run: StoredRun, assessment: Assessment, webhooks: Se
     loud = [(i, e) for i, e in reported if e.record.id not in quiet]
     peak = stored_alerts.peak_severities(conn, sorted({e.record.id for _, e in loud}))
     stored_alerts.enqueue(conn, run.id, route(webhooks, loud, peak), now)
-    done["health"] = assessment.health
-    conn.execute(runs.update().where(runs.c.id == run.id).values(analyzed_points=assessment.points, **done))
-    return Applied([Reported(run.source, e, i) for i, e in reported])
+    return [Reported(run.source, e, i) for i, e in reported]
+
+
+def refresh_liveness(
+    conn: Connection, run: StoredRun, config: AnalysisConfig, webhooks: Sequence[str], now: float,
+    stored: dict[str, AlertRecord] | None = None,
+) -> list[Reported]:
+    """Fire, or resolve, the locked run's `stale` alert as of `now`."""
+    if stored is None:
+        stored = stored_alerts.load_alerts(conn, run.id)
+    stale = {k: r for k, r in stored.items() if r.kind == liveness.STALE}
+    current = _stale_changes(run, stale, config, now)
+    if current is None:
+        return []
+    return record_changes(conn, run, stale, current, run.last_step, webhooks, now)
+
+
+def _stale_changes(run: StoredRun, stale: dict[str, AlertRecord], config: AnalysisConfig, now: float) -> list[Alert] | None:
+    """The run's `stale` alerts as of now, or None when that changes nothing stored (the
+    service's loop asks this of every quiet run every few seconds: only a change writes)."""
+    current = liveness.stale_alerts(run, stale, config, now)
+    open_ids = {k for k, r in stale.items() if r.state is not State.RESOLVED}
+    if all(a.finding.ongoing for a in current) and {a.id for a in current} == open_ids:
+        return None
+    return current
+
+
+def check_liveness(
+    store: Store, config: AnalysisConfig, webhooks: Sequence[str], now: float, sources: list[str] | None = None,
+    hold: Callable[[Connection, list[Reported]], None] | None = None,
+) -> list[Reported]:
+    """Judge every quiet run (of these sources; None: all) for staleness: the scan and the
+    service's background loop call this, so a run that stops posting fires with no new data
+    arriving.  Runs are read first; only one whose stale alert changes is locked and judged
+    again under its lock, so two checkers report each change once.  `hold` sees each run's
+    changes inside the transaction that made them (a scan holds them until printed)."""
+    floor = min([config.stale.min_minutes] + [float(o.settings["stale"]["min_minutes"]) for o in config.overrides
+                                               if "min_minutes" in o.settings.get("stale", {})]) * 60.0
+    with store.read() as conn:
+        quiet = stored_runs.quiet_runs(conn, now - floor, sources)
+        stale = stored_alerts.open_of_kind(conn, liveness.STALE, [r.id for r in quiet])
+    changes: list[Reported] = []
+    for candidate in quiet:
+        if _stale_changes(candidate, stale.get(candidate.id, {}), config, now) is None:
+            continue
+        with store.write() as conn:
+            run = stored_runs.lock_run(conn, candidate.source, candidate.name, now)
+            changed = refresh_liveness(conn, run, config, webhooks, now)
+            if hold is not None and changed:
+                hold(conn, changed)
+            changes += changed
+    return changes
+
+
+def finish(conn: Connection, run: StoredRun, config: AnalysisConfig, webhooks: Sequence[str], now: float) -> list[Reported]:
+    """Mark the locked run finished (its job ended normally): no stale alert from now on,
+    and an open one resolves.  New points un-finish it."""
+    conn.execute(runs.update().where(runs.c.id == run.id).values(finished_at=now))
+    return refresh_liveness(conn, replace(run, finished_at=now), config, webhooks, now)
 
 
 def reassess(conn: Connection, run: StoredRun, config: AnalysisConfig, webhooks: Sequence[str], now: float) -> Applied:
     """Analyse and apply in the caller's one transaction (a scan: crash-safe as a whole)."""
-    return apply(conn, run, assess(conn, run, config), webhooks, now)
+    return apply(conn, run, assess(conn, run, config), webhooks, now, config)
 
 
 def analyze_now(store: Store, run: StoredRun, config: AnalysisConfig, webhooks: Sequence[str], now: float) -> Applied:
@@ -131,7 +208,7 @@ def analyze_now(store: Store, run: StoredRun, config: AnalysisConfig, webhooks: 
         assessment = assess(conn, run, config)
     with store.write() as conn:
         locked = stored_runs.lock_run(conn, run.source, run.name, now)
-        return apply(conn, locked, assessment, webhooks, now)
+        return apply(conn, locked, assessment, webhooks, now, config)
 
 
 def mark_dirty(conn: Connection, run: StoredRun, now: float) -> None:

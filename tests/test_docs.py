@@ -47,7 +47,8 @@ def test_the_settings_block_names_every_setting_with_its_default():
     block = re.search(r"## Settings.*?```toml\n(.*?)```", README, re.S).group(1)
     documented = tomllib.loads(block)
     AnalysisConfig.from_mapping(documented)  # the example is a valid settings file
-    for key in leaves(AnalysisConfig()) - {"roles"}:
+    assert documented["override"], "the block shows an [[override]] table"
+    for key in leaves(AnalysisConfig()) - {"roles", "overrides"}:
         head, _, name = key.rpartition(".")
         table = documented
         for part in filter(None, head.split(".")):
@@ -78,3 +79,16 @@ def test_the_receivers_example_is_a_valid_settings_file():
     block = re.search(r"\*\*Routing and grouping\.\*\*.*?```toml\n(.*?)```", README, re.S).group(1)
     listed = receivers.from_settings(tomllib.loads(block)["receivers"])
     assert [r.format for r in listed] == ["slack", "alertmanager"]
+
+
+def test_every_metric_is_documented(tmp_path):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.service_helpers import service
+
+    with service(f"sqlite:///{tmp_path / 'store.db'}") as client:
+        client.post("/v1/runs/r/points", json={"points": [{"step": 1, "tag": "train/loss", "value": 1.0}]})
+        families = {f.name for f in text_string_to_metric_families(client.get("/metrics").text)}
+    assert "losswatch_run_last_step" in families
+    for name in families - {f for f in families if f.endswith("_created")}:  # a counter's start time, not ours
+        assert f"`{name}" in README, name

@@ -4,6 +4,7 @@ at the same time nor a kill -9 mid-scan loses, duplicates or re-reports anything
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -19,6 +20,9 @@ import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
 
+from analyzers.config import AnalysisConfig
+from analyzers.liveness import StaleConfig
+from app import scan as scanner
 from app.cli import main
 from app.scan import Reporter, printed, scan
 from app.store.db import open_store
@@ -159,6 +163,7 @@ def test_slack_urls_get_the_slack_payload(store, tmp_path):
 def test_a_failed_delivery_is_retried_on_a_later_scan_and_holds_nothing_up(store, tmp_path):
     seen = []
     clock = iter(range(0, 10**6, 1000)).__next__
+    scan = functools.partial(scanner.scan, config=AnalysisConfig(stale=StaleConfig(min_minutes=1e12)))  # 1000 s a tick
     failing = scripted([503, httpx.ConnectError("refused"), 503], seen)
     first = scan(store, [str(nan_logdir(tmp_path))], webhooks=["https://hooks.example/lw"], client=failing, clock=clock)
     assert first.deliveries.delivered == 0

@@ -22,7 +22,7 @@ from app.service.background import Background
 from app.service.headers import SecurityHeaders
 from app.service.limits import BodyLimit, BodyTooLarge, Slots
 from app.service.metrics import Metrics
-from app.service.routes import alerts, ingest, logdirs, ops, runs, silences
+from app.service.routes import alerts, ingest, liveness, logdirs, ops, runs, silences
 from app.service.routes.run_names import EncodedRunNames
 from app.service.settings import Settings
 from app.store.db import Timeouts, open_store
@@ -48,7 +48,7 @@ def create_app(settings: Settings) -> FastAPI:
         client = httpx.Client()
         app.state.store = store
         app.state.settings = settings
-        app.state.metrics = Metrics(store)
+        app.state.metrics = Metrics(store, settings.metrics_max_runs, settings.analysis)
         app.state.gate = Gate(store, settings.auth)
         log.info("auth", extra={"mode": settings.auth, "locked": app.state.gate.locked()})
         background = Background(store, settings, app.state.metrics, client)
@@ -76,7 +76,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(BodyLimit, ingest_bytes=settings.max_body_bytes)
     app.add_middleware(RequestLog)
     app.add_middleware(SecurityHeaders)
-    for router in (ingest.router, runs.router, alerts.router, logdirs.router, ops.router, silences.router):
+    for router in (ingest.router, liveness.router, runs.router, alerts.router, logdirs.router, ops.router, silences.router):
         app.include_router(router)
     app.include_router(ui.build_docs_router())
     app.include_router(ui.build_login_router())

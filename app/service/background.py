@@ -27,11 +27,12 @@ from app.service.settings import Settings
 from app.store import logdirs as stored_logdirs
 from app.store import runs as stored_runs
 from app.store.db import Store, StoreError, unavailable
-from app.updates import analyze_now
+from app.updates import analyze_now, check_liveness
 
 log = logging.getLogger("losswatch.background")
 
 TICK = 1.0  # seconds between rounds when nothing wakes the loop
+LIVENESS_EVERY = 5.0  # seconds between staleness checks of the quiet runs
 STOP_GRACE = 10.0  # seconds a loop may take to finish its step on shutdown
 MAX_PROBLEMS = 20  # a logdir's last_error lists at most this many problems of its last scan
 
@@ -47,8 +48,12 @@ def describe(problems: list[Problem]) -> str | None:
 
 
 class Background:
-    def __init__(self, store: Store, settings: Settings, metrics: Metrics, client: httpx.Client) -> None:
-        self.store, self.settings, self.metrics, self.client = store, settings, metrics, client
+    def __init__(
+        self, store: Store, settings: Settings, metrics: Metrics, client: httpx.Client,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store, self.settings, self.metrics, self.client, self.clock = store, settings, metrics, client, clock
+        self._next_liveness = 0.0
         self.delivery = DeliveryConfig(timeout=settings.webhook_timeout, lease=settings.delivery_lease,
                                        external_url=settings.external_url)
         self._resent_at = float("-inf")  # when firing alerts last went to Alertmanager
@@ -109,6 +114,18 @@ class Background:
     def analysis_round(self) -> None:
         self.poll_logdirs()
         self.analyse_deferred()
+        self.check_liveness()
+
+    def check_liveness(self) -> None:
+        """Judge the quiet runs for staleness, every `LIVENESS_EVERY` seconds: a run that
+        stops posting fires with nothing arriving to trigger an analysis."""
+        now = self.clock()
+        if now < self._next_liveness:
+            return
+        self._next_liveness = now + LIVENESS_EVERY
+        changes = check_liveness(self.store, self.settings.analysis, self.settings.webhooks, now)
+        if changes:
+            log.info("liveness changes", extra={"changes": [(r.event.record.run, r.event.change.value) for r in changes]})
 
     def delivery_round(self) -> None:
         report = deliver_due(self.store, self.client, self.delivery, stopping=self._stopping.is_set)

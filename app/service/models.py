@@ -101,8 +101,11 @@ class RunSummary(BaseModel):
     open_alerts: dict[str, int] = Field(description="pending and firing alerts by severity")
     analysis_error: str | None = Field(None, description="why the last analysis of the run failed; null once one succeeds")
     health: RunHealth | None = Field(None, description="as of the run's last successful analysis; null before it")
+    last_seen: float | None = Field(None, description="Unix wall time of the run's newest point (or of when it was first seen)")
+    status: str = Field("running", description="running, finished (POST /v1/runs/{run}/finish) or stale (not advancing)")
     model_config = ConfigDict(json_schema_extra={"example": {
         "source": "http", "name": "gpt-small", "points": 60424, "last_step": 2999, "updated_at": 1764518400.0,
+        "last_seen": 1764518390.5, "status": "running",
         "open_alerts": {"critical": 1, "warning": 0, "info": 2},
         "health": {"status": "unstable", "reason": "loss_spike (slow_recovering) on train/loss at step 1202",
                    "spikes": 1, "spikes_per_1k_steps": 0.333, "steps_above_band": 105, "best_eval": None,
@@ -114,6 +117,8 @@ class RunSummary(BaseModel):
 class RunDetail(RunSummary):
     tags: list[TagInfo]
     rollbacks: list[dict[str, Any]]
+    overrides: list[str] = Field(default_factory=list, description="the settings file's [[override]] tables that apply "
+                                                                   "to this run, in the order they apply (later wins)")
 
 
 class SeriesResponse(BaseModel):
@@ -121,6 +126,8 @@ class SeriesResponse(BaseModel):
     tag: str
     total: int = Field(description="points in the current view between start and end")
     points: list[tuple[int, float | str]] = Field(description='[step, value]; non-finite values as "NaN", "Infinity", "-Infinity"')
+    wall_times: list[float | None] = Field(default_factory=list, description="the Unix wall time of each point, in the "
+                                                                             "order of points (null where none was recorded)")
     downsampled: bool
     model_config = ConfigDict(json_schema_extra={"example": {
         "run": "gpt-small", "tag": "train/loss", "total": 3000, "points": [[0, 2.29], [1500, 38.49], [2999, "NaN"]],

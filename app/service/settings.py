@@ -44,6 +44,9 @@ class Settings(BaseModel):
         30.0, gt=0, description="Seconds one database statement (lock waits included) may take; past it the request gets 503."
     )
     webhook_timeout: float = Field(5.0, gt=0, description="Seconds for each step of a webhook request (connect, send, answer).")
+    metrics_max_runs: int = Field(
+        1000, ge=0, description="/metrics has per-run series for this many runs, those that advanced most recently."
+    )
     delivery_lease: float = Field(
         120.0, gt=0, description="Seconds a claimed delivery is held; one its process never finished is sent again after it."
     )

@@ -4,6 +4,8 @@ charts read the same JSON API as any client, drawn with the bundled uPlot (no CD
 from __future__ import annotations
 
 import re
+import time
+from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import parse_qs
 
@@ -12,11 +14,12 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.templating import Jinja2Templates
 
 from analyzers.roles import Role, infer_role
+from app import liveness
 from app.service import csrf
 from app.service.auth import COOKIE, READ
 from app.service.errors import ApiError
 from app.service.routes.alerts import ALERT_ID, alert_view
-from app.service.routes.common import one_run, store_of
+from app.service.routes.common import one_run, settings_of, store_of
 from app.store import alerts as stored_alerts
 from app.store import runs as stored_runs
 from app.store import tokens
@@ -44,8 +47,11 @@ def build_router() -> APIRouter:
         with store_of(request).read() as conn:
             runs = stored_runs.list_runs(conn)
             counts = stored_alerts.open_counts(conn)
+            stale = stored_alerts.open_of_kind(conn, liveness.STALE)
+        config, now = settings_of(request).analysis, time.time()
         rows = [{"name": r.name, "source": r.source, "points": r.points, "last_step": r.last_step,
-                 "open_alerts": counts.get(r.id, {}), "analysis_error": r.analysis_error} for r in runs]
+                 "open_alerts": counts.get(r.id, {}), "analysis_error": r.analysis_error,
+                 "last_seen": _when(r.last_seen_at), "status": liveness.status(r, config, now, r.id in stale)} for r in runs]
         rows.sort(key=lambda r: (-r["open_alerts"].get("critical", 0), -r["open_alerts"].get("warning", 0), r["name"]))
         return templates.TemplateResponse(request, "runs.html", {"runs": rows})
 
@@ -56,11 +62,14 @@ def build_router() -> APIRouter:
             tags = stored_runs.tag_summary(conn, run.id)
             rows = stored_alerts.query_alerts(conn, run_id=run.id)
             counts = stored_alerts.open_counts(conn).get(run.id, {})
+            alerting = run.id in stored_alerts.open_of_kind(conn, liveness.STALE)
         charts = sorted(({"tag": t, "role": infer_role(t).value} for t, *_ in tags),
                         key=lambda c: (_ORDER.index(Role(c["role"])), c["tag"]))
         context = {
             "run": {"name": run.name, "source": run.source, "points": run.points, "last_step": run.last_step,
-                    "open_alerts": counts, "analysis_error": run.analysis_error},
+                    "open_alerts": counts, "analysis_error": run.analysis_error, "last_seen": _when(run.last_seen_at),
+                    "status": liveness.status(run, settings_of(request).analysis, time.time(), alerting),
+                    "overrides": [o.label for o in settings_of(request).analysis.applied(run.source, run.name)]},
             "tags": charts,
             "alerts": [alert_view(*row) for row in rows if row[0].inhibited_by is None],
         }
@@ -140,3 +149,8 @@ def build_login_router() -> APIRouter:
         return response
 
     return router
+
+
+def _when(t: float | None) -> str:
+    """A wall time as people read it in a list (UTC, to the second)."""
+    return "" if t is None else datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -20,6 +20,20 @@ def load_alerts(conn: Connection, run_id: int) -> dict[str, AlertRecord]:
     return {row.id: _record(row) for row in conn.execute(query)}
 
 
+def open_of_kind(conn: Connection, kind: str, run_ids: list[int] | None = None) -> dict[int, dict[str, AlertRecord]]:
+    """Run id -> its open (not resolved) alerts of one kind (of these runs; None: all)."""
+    query = (
+        sa.select(alerts, runs.c.name).join(runs, runs.c.id == alerts.c.run_id)
+        .where(alerts.c.kind == kind, alerts.c.state != State.RESOLVED.value)
+    )
+    out: dict[int, dict[str, AlertRecord]] = {}
+    batches = [None] if run_ids is None else [run_ids[i : i + 500] for i in range(0, len(run_ids), 500)]
+    for batch in batches:
+        for row in conn.execute(query if batch is None else query.where(alerts.c.run_id.in_(batch))):
+            out.setdefault(row.run_id, {})[row.id] = _record(row)
+    return out
+
+
 def save_alerts(conn: Connection, run_id: int, records: Iterable[AlertRecord]) -> None:
     for r in records:
         values = {

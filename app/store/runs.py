@@ -16,8 +16,8 @@ from app.ingest.logdir import RunState
 from app.ingest.points import Points
 from app.ingest.restarts import Rollback, SegmentState
 from app.store import chunks
+from app.store.schema import alerts, files, rollbacks, runs, tags
 from app.store.schema import chunks as chunk_table
-from app.store.schema import files, rollbacks, runs, tags
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,9 @@ class StoredRun:
     analyzed_points: int | None = None
     analysis_error: str | None = None  # why the last analysis failed, if it did
     health: dict | None = None  # as of the last applied analysis
+    last_seen_at: float | None = None  # see app/liveness.py
+    finished_at: float | None = None
+    pace: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -300,11 +303,12 @@ SERIES_BATCH = 8  # chunks fetched per query while walking a tag: a few MB at mo
 
 
 def current_points(
-    conn: Connection, spans: list[ChunkSpan], start: int | None, end: int | None, resume_to: Mapping[int, int]
-) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """(step, value) of a tag's current view within [start, end], one chunk at a time,
-    latest write first, each step once: the series of a run of millions of points is
-    never held whole.
+    conn: Connection, spans: list[ChunkSpan], start: int | None, end: int | None, resume_to: Mapping[int, int],
+    wall_time: bool = False,
+) -> Iterator[tuple[np.ndarray, ...]]:
+    """(step, value) of a tag's current view within [start, end] (with `wall_time`: (step,
+    value, wall time)), one chunk at a time, latest write first, each step once: the series
+    of a run of millions of points is never held whole.
 
     The current view is decided step by step (`analyzers.series`): a write is in it when no
     later resume hides it and no later unhidden write of its step exists.  Walking the
@@ -323,27 +327,27 @@ def current_points(
         query = sa.select(chunk_table.c.id, chunk_table.c.data).where(chunk_table.c.id.in_([spans[i].id for i in batch]))
         data = dict(conn.execute(query).all())
         for i in batch:
-            step, segment, _, value = chunks.unpack(data.pop(spans[i].id), spans[i].count)
+            step, segment, wall, value = chunks.unpack(data.pop(spans[i].id), spans[i].count)
             if start is not None or end is not None:
                 inside = _between(step, start, end)
-                step, segment, value = step[inside], segment[inside], value[inside]
+                step, segment, wall, value = step[inside], segment[inside], wall[inside], value[inside]
             shown = ~hidden_by_resumes(step, segment, resume_to)
-            step, value = step[shown], value[shown]
+            step, wall, value = step[shown], wall[shown], value[shown]
             if len(step) > 1 and not np.all(step[1:] > step[:-1]):
                 _, last = np.unique(step[::-1], return_index=True)  # the latest write of each step
                 keep = np.sort(len(step) - 1 - last)
-                step, value = step[keep], value[keep]
+                step, wall, value = step[keep], wall[keep], value[keep]
             if later and len(step):
                 superseded = np.zeros(len(step), bool)
                 for steps in later:
                     if steps[0] <= step.max() and steps[-1] >= step.min():
                         superseded |= np.isin(step, steps)
-                step, value = step[~superseded], value[~superseded]
+                step, wall, value = step[~superseded], wall[~superseded], value[~superseded]
             if i > 0:
                 reached = step[(step >= earlier_low[i - 1]) & (step <= earlier_high[i - 1])]
                 if len(reached):
                     later.append(np.sort(reached))
-            yield step, value
+            yield (step, value, wall) if wall_time else (step, value)
 
 
 def _between(step: np.ndarray, start: int | None, end: int | None) -> np.ndarray:
@@ -367,7 +371,8 @@ def rollback_rows(conn: Connection, run_id: int) -> list[dict]:
 def _stored(row) -> StoredRun:
     return StoredRun(
         row.id, row.source, row.name, _state(row.state), row.last_step, row.points, row.updated_at,
-        row.analyzed_at, row.analyzed_points, row.analysis_error, row.health,
+        row.analyzed_at, row.analyzed_points, row.analysis_error, row.health, row.last_seen_at, row.finished_at,
+        row.pace,
     )
 
 
@@ -379,3 +384,46 @@ def dirty_runs(conn: Connection, analysed_before: float) -> list[StoredRun]:
         sa.or_(runs.c.analyzed_at.is_(None), runs.c.analyzed_at <= analysed_before),
     )
     return [_stored(row) for row in conn.execute(query.order_by(runs.c.dirty_since))]
+
+
+def quiet_runs(conn: Connection, seen_before: float, sources: list[str] | None = None) -> list[StoredRun]:
+    """The runs whose `stale` alert may have to change: those not finished, seen last before
+    `seen_before` and without an open stale alert about their last step (one that is open
+    stays so until the run moves), and those whose open stale alert is about another step
+    or a run since marked finished (it may have to resolve).  A service asks this every few
+    seconds: runs already judged cost nothing."""
+    open_stale = sa.and_(alerts.c.run_id == runs.c.id, alerts.c.kind == "stale", alerts.c.state != "resolved")
+    judged = sa.exists().where(open_stale, alerts.c.start_step == runs.c.last_step)
+    outdated = sa.exists().where(open_stale, sa.or_(alerts.c.start_step != runs.c.last_step, runs.c.finished_at.is_not(None)))
+    query = sa.select(runs).where(
+        sa.or_(sa.and_(runs.c.finished_at.is_(None), runs.c.last_seen_at < seen_before, ~judged), outdated)
+    )
+    if sources is not None:
+        query = query.where(runs.c.source.in_(sources))
+    return [_stored(row) for row in conn.execute(query.order_by(runs.c.id))]
+
+
+@dataclass(frozen=True)
+class RunPace:
+    """What /metrics exports of a run (no points, no reading state)."""
+
+    id: int
+    source: str
+    name: str
+    last_step: int | None
+    last_seen_at: float | None
+    pace: dict | None
+
+
+def recent_runs(conn: Connection, limit: int) -> list[RunPace]:
+    """The `limit` runs that advanced most recently (the metrics endpoint's cardinality cap)."""
+    query = (
+        sa.select(runs.c.id, runs.c.source, runs.c.name, runs.c.last_step, runs.c.last_seen_at, runs.c.pace)
+        .order_by(sa.func.coalesce(runs.c.last_seen_at, runs.c.updated_at).desc(), runs.c.id)
+        .limit(limit)
+    )
+    return [RunPace(*row) for row in conn.execute(query)]
+
+
+def count_runs(conn: Connection) -> int:
+    return int(conn.execute(sa.select(sa.func.count()).select_from(runs)).scalar_one())

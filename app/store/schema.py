@@ -36,7 +36,11 @@ runs = Table(
     Column("analyzed_points", BigInteger),  # how many points the last applied analysis saw
     Column("analysis_error", Text),  # why the last analysis failed; null once one succeeds
     Column("health", JSON),  # the run's health summary as of that analysis
+    Column("last_seen_at", Double),  # wall time of its newest point, or when it was first seen (app/liveness.py)
+    Column("finished_at", Double),  # marked finished (POST /v1/runs/{run}/finish); new points clear it
+    Column("pace", JSON),  # recent gaps between points, and each tag's last value and peak (app/liveness.py)
     UniqueConstraint("source", "name", name="uq_runs_source_name"),
+    Index("ix_runs_last_seen", "last_seen_at"),
 )
 
 tags = Table(

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import time
+
+import numpy as np
 from fastapi import APIRouter, Depends, Query, Request
 
+from analyzers.config import AnalysisConfig
 from analyzers.roles import infer_role
 from analyzers.series import resume_steps
+from app import liveness
 from app.downsample import MinMaxSketch
 from app.ingest.points import json_number
 from app.ingest.textlogs import MAX_NAME, MAX_STEP
@@ -14,7 +19,7 @@ from app.service.errors import ApiError
 from app.service.limits import HEAVY_SERIES_WRITES
 from app.service.models import AlertView, Error, RunDetail, RunSummary, SeriesResponse
 from app.service.routes.alerts import alert_view
-from app.service.routes.common import checked_name, one_run, store_of, utf8_url
+from app.service.routes.common import checked_name, one_run, settings_of, store_of, utf8_url
 from app.service.routes.run_names import run_name
 from app.store import alerts as stored_alerts
 from app.store import runs as stored_runs
@@ -36,7 +41,9 @@ def list_runs(request: Request) -> list[RunSummary]:
     with store_of(request).read() as conn:
         runs = stored_runs.list_runs(conn)
         open_counts = stored_alerts.open_counts(conn)
-    return [_summary(r, open_counts.get(r.id, {})) for r in runs]
+        stale = stored_alerts.open_of_kind(conn, liveness.STALE)
+    now = time.time()
+    return [_summary(r, open_counts.get(r.id, {}), settings_of(request).analysis, now, r.id in stale) for r in runs]
 
 
 @router.get("/{run:path}/series", response_model=SeriesResponse, responses=_SERIES_ERRORS, summary="One tag's points, downsampled")
@@ -65,12 +72,13 @@ def series(
         resume_to = resume_steps(stored_runs.load_resumes(conn, found.id), tag)
         first, last = min((s.first_step for s in spans), default=0), max((s.last_step for s in spans), default=0)
         sketch = MinMaxSketch(first if start is None else max(first, start), last if end is None else min(last, end), max_points)
-        for step, value in stored_runs.current_points(conn, spans, start, end, resume_to):
-            sketch.add(step, step, value)
-    _, step, value = sketch.result()
+        for step, value, wall in stored_runs.current_points(conn, spans, start, end, resume_to, wall_time=True):
+            sketch.add(step, step, value, wall)
+    _, step, value, wall = sketch.result_with_extra()
     return SeriesResponse(
         run=run, tag=tag, total=sketch.count, downsampled=len(step) < sketch.count,
         points=[(int(s), json_number(float(v))) for s, v in zip(step, value)],
+        wall_times=[float(w) if np.isfinite(w) else None for w in wall],
     )
 
 
@@ -89,18 +97,21 @@ def get_run(request: Request, run: str = RunName, source: str | None = Source) -
         tags = stored_runs.tag_summary(conn, found.id)
         rollbacks = stored_runs.rollback_rows(conn, found.id)
         counts = stored_alerts.open_counts(conn).get(found.id, {})
-    summary = _summary(found, counts)
+        alerting = found.id in stored_alerts.open_of_kind(conn, liveness.STALE)
+    config = settings_of(request).analysis
+    summary = _summary(found, counts, config, time.time(), alerting)
     return RunDetail(
         **summary.model_dump(),
+        overrides=[o.label for o in config.applied(found.source, found.name)],
         tags=[{"tag": t, "role": infer_role(t, found.name).value, "points": n, "first_step": a, "last_step": b} for t, n, a, b in tags],
         rollbacks=rollbacks,
     )
 
 
 
-def _summary(run, counts: dict[str, int]) -> RunSummary:
+def _summary(run, counts: dict[str, int], config: AnalysisConfig, now: float, alerting: bool) -> RunSummary:
     return RunSummary(
         source=run.source, name=run.name, points=run.points, last_step=run.last_step, updated_at=run.updated_at,
         open_alerts={s: counts.get(s, 0) for s in ("critical", "warning", "info")}, analysis_error=run.analysis_error,
-        health=run.health,
+        health=run.health, last_seen=run.last_seen_at, status=liveness.status(run, config, now, alerting),
     )
