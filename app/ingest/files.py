@@ -144,6 +144,16 @@ def read_whole(path: str, roots: Sequence[str] | None = None, timeout: float = R
         raise IngestError(Problem(path, timed_out(timeout))) from e
 
 
+def read_head(path: str, size: int, roots: Sequence[str] | None = None, timeout: float = READ_TIMEOUT) -> bytes:
+    """The first `size` bytes of a regular file (to recognise a log), under the same rules
+    as event files.  Raises IngestError, also for a timeout."""
+    try:
+        with SafeFile(path, roots, timeout, start_bytes=size, noun="file") as f:
+            return f.start
+    except ReadTimeout as e:
+        raise IngestError(Problem(path, timed_out(timeout))) from e
+
+
 def timed_out(timeout: float) -> str:
     return f"read timed out after {timeout:g} s (a hung filesystem?): the rest is read on a later scan"
 

@@ -27,6 +27,8 @@ from app.ingest.points import Points
 from app.ingest.problems import IngestError, Problem
 from app.ingest.restarts import Rollback, SegmentState, SessionStart, assign_segments
 
+FileReader = Callable[[str, int, _tfrecord.TagTable, "str | None"], EventFileRead]
+
 
 @dataclass(frozen=True)
 class FileProgress:
@@ -100,21 +102,27 @@ def read_run(
     heads: Mapping[str, str | None] | None = None,
     roots: Sequence[str] | None = None,
     timeout: float = READ_TIMEOUT,
+    reader: FileReader | None = None,
 ) -> Run:
     """Read what is new in each of a run's files and split it into segments.
 
     `heads` are the files' fingerprints from the reads that reached `offsets`: a file that
     no longer matches (rewritten) makes the whole run be read again from the start, and
     `Run.rewritten` names it.  `roots` and `timeout`: see `app.ingest.files.SafeFile`.
-    A file that cannot be read is reported and skipped; the run's other files still are.
+    `reader(path, offset, tags, head)` reads one file (default: a local file; objects in
+    storage: `app.ingest.remote`).  A file that cannot be read is reported and skipped;
+    the run's other files still are.
     """
     offsets, heads, state = offsets or {}, heads or {}, state or RunState()
+    if reader is None:
+        def reader(path: str, offset: int, tags: _tfrecord.TagTable, head: str | None) -> EventFileRead:
+            return read_event_file(path, offset, tags, head=head, roots=roots, timeout=timeout)
     tags = _tfrecord.TagTable(state.plugins)
-    reads, problems, rewritten = _read_files(files, offsets, heads, tags, roots, timeout)
+    reads, problems, rewritten = _read_files(files, offsets, heads, tags, reader)
     if rewritten:
         path, why = rewritten
         state, tags = RunState(), _tfrecord.TagTable()
-        reads, problems, _ = _read_files(files, {}, {}, tags, roots, timeout)
+        reads, problems, _ = _read_files(files, {}, {}, tags, reader)
         problems.insert(0, Problem(path, f"rewritten since it was last read ({why}): the run is read again from the start"))
     parts, sources, starts = [], [], []
     first = 0
@@ -143,15 +151,14 @@ def _read_files(
     offsets: Mapping[str, int],
     heads: Mapping[str, str | None],
     tags: _tfrecord.TagTable,
-    roots: Sequence[str] | None,
-    timeout: float,
+    reader: FileReader,
 ) -> tuple[list[EventFileRead], list[Problem], tuple[str, str] | None]:
     """Each file's new records; stops at the first file found rewritten, returning it and why."""
     reads: list[EventFileRead] = []
     problems: list[Problem] = []
     for path in files:
         try:
-            read = read_event_file(path, offsets.get(path, 0), tags, head=heads.get(path), roots=roots, timeout=timeout)
+            read = reader(path, offsets.get(path, 0), tags, heads.get(path))
         except IngestError as e:
             problems.extend(e.problems)
             continue
