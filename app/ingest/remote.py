@@ -84,8 +84,8 @@ def open_filesystem(url: str, timeout: float = READ_TIMEOUT):
     protocol = _URL.match(url).group(1).lower()
     options: dict = {}
     if protocol in ("s3", "s3a"):  # retries are ours (with backoff); each attempt is bounded
-        options = {"retries": 1, "config_kwargs": {"connect_timeout": timeout, "read_timeout": timeout,
-                                                   "retries": {"total_max_attempts": 1}}}
+        options = {"config_kwargs": {"connect_timeout": timeout, "read_timeout": timeout,
+                                     "retries": {"total_max_attempts": 1}}}
     try:
         fs, _ = fsspec.core.url_to_fs(url, **options)
     except ImportError as e:
@@ -94,6 +94,8 @@ def open_filesystem(url: str, timeout: float = READ_TIMEOUT):
         raise IngestError(Problem(url, f"cannot read {protocol}:// URLs: {hint}")) from e
     except ValueError as e:  # an unknown protocol
         raise IngestError(Problem(url, f"cannot read this URL: {e}")) from e
+    if protocol in ("s3", "s3a"):
+        fs.retries = 1  # s3fs's own retry loop (a class default of 5): one attempt, ours retry it
     return fs
 
 
@@ -129,13 +131,15 @@ class RemoteLogdir:
     """
 
     def __init__(
-        self, url: str, fs=None, *, timeout: float = READ_TIMEOUT, retries: int = RETRIES, backoff: float = BACKOFF,
-        sleep: Callable[[float], None] = time.sleep,
+        self, url: str, fs=None, *, timeout: float = READ_TIMEOUT, retries: int | None = None,
+        backoff: float | None = None, sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.url = normalize(url)
         self.fs = fs if fs is not None else open_filesystem(self.url, timeout)
         self.root = self.fs._strip_protocol(self.url).rstrip("/")
-        self.retries, self.backoff, self.sleep = retries, backoff, sleep
+        self.retries = RETRIES if retries is None else retries
+        self.backoff = BACKOFF if backoff is None else backoff
+        self.sleep = sleep
         self.objects: dict[str, ObjectInfo] = {}
 
     def list(self) -> dict[str, ObjectInfo]:
