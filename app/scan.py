@@ -298,7 +298,8 @@ def _scan_text(store: Store, target: _Target, options: _Options, outcome: ScanOu
     for name, points in runs.items():
         with store.write() as conn:
             run = stored_runs.lock_run(conn, target.source, name, now)
-            if stored_runs.run_files(conn, run.id).get(path, StoredFile(0, -1, "")).size == len(data):
+            stored = stored_runs.run_files(conn, run.id).get(path, StoredFile(0, -1, ""))
+            if (stored.size, stored.head) == (len(data), head):
                 continue  # another scan got here first
             segment, rollbacks, segments = assign_segments(points, [(0, path)])
             stored_runs.delete_points(conn, run.id)

@@ -34,6 +34,7 @@ def output_dirs(tmp_path):
         (hf / f"checkpoint-{step}" / "trainer_state.json").write_text(trainer_state(step))
         (hf / f"checkpoint-{step}" / "config.json").write_text('{"hidden_size": 64, "model_type": "gpt2"}')
     (hf / "checkpoint-200" / "tokenizer.json").write_text('{"version": "1.0", "model": {"vocab": {}}}')
+    (hf / "all_results.json").write_text('{"epoch": 3.0, "train_loss": 1.2, "eval_loss": 1.3}')  # a summary, not a curve
     version = tmp_path / "lightning_logs" / "version_0"
     version.mkdir(parents=True)
     (version / "metrics.csv").write_text("epoch,step,train_loss\n0,0,2.5\n0,1,2.4\n0,2,2.3\n")

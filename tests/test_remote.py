@@ -307,6 +307,21 @@ def test_memory_filesystem_grows_and_rewrites_like_gcs(store):
         assert stored_runs.find_runs(conn, "run", root)[0].points == 50
 
 
+def test_a_text_object_rewritten_at_the_same_size_is_read_again(store):
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    root = f"memory://lw-{uuid.uuid4().hex[:8]}"
+    fs.pipe(f"{root}/v0/metrics.csv", b"step,train_loss\n0,1.5\n1,1.4\n")
+    assert scan(store, [root]).points == 2
+    assert scan(store, [root]).changed == 0
+    fs.pipe(f"{root}/v0/metrics.csv", b"step,train_loss\n0,1.5\n1,9.9\n")  # a new generation, same size
+    assert (scan(store, [root]).changed, scan(store, [root]).changed) == (1, 0)
+    with store.read() as conn:
+        [run] = stored_runs.find_runs(conn, "v0", root)
+        assert stored_runs.load_tag_writes(conn, run.id, "train_loss").value.tolist() == [1.5, 9.9]
+
+
 def test_the_service_takes_urls_under_a_url_root_only(tmp_path):
     db = f"sqlite:///{tmp_path / 'store.db'}"
     with service(db, allowed_roots=("s3://bucket/logs", str(tmp_path))) as client:

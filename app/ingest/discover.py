@@ -8,10 +8,12 @@ the trainer wrote, not at one file; so a walk must find every shape, and say wha
   newest ``checkpoint-<step>/`` only (each later checkpoint holds the earlier history, so
   reading several would count every point again);
 * ``metrics.csv`` (Lightning's ``lightning_logs/version_*/``, any CSV logger);
-* other ``*.json``, ``*.jsonl``, ``*.ndjson``, ``*.csv`` files whose first bytes look like a
-  loss log (a step key, ``log_history``, ``points``, or a key naming a loss): a model
-  ``config.json`` or a tokenizer is not mistaken for one, and a file that looks like a log
-  but yields nothing is reported (`app.ingest.sources`).
+* other ``*.json``, ``*.jsonl``, ``*.ndjson``, ``*.csv`` files whose first record looks like
+  a loss log: a CSV header or the first of a list or of JSON lines with a step key or a
+  key naming a loss; a single JSON object with a step key, ``log_history`` or ``points``.
+  A model ``config.json``, a tokenizer or a summary such as HF's ``all_results.json`` is
+  not mistaken for one, and a file that looks like a log but yields nothing is reported
+  (`app.ingest.sources`).
 
 A run is named by its folder relative to the walked root (the root itself by its own folder
 name, never "."), or for a loss log with a specific name, folder and stem (``json/bad_batch``).
@@ -59,6 +61,7 @@ _CHECKPOINT = re.compile(r"checkpoint-(\d+)")
 _LOG_KEY = re.compile(
     rb'"(?:step|global_step|iteration|iter|_step|log_history|points|[^"\n]{0,60}loss[^"\n]{0,60})"\s*:', re.IGNORECASE
 )
+_DOCUMENT_KEY = re.compile(r"^(?:step|global_step|iteration|iter|_step|log_history|points)$")
 _LOG_CELL = re.compile(r"^(?:step|global_step|iteration|iter|_step|log_history|points|.*loss.*)$", re.IGNORECASE)
 
 
@@ -141,12 +144,15 @@ def looks_like_log(name: str, head: bytes) -> bool:
     if name.endswith(".csv"):
         return any(_LOG_CELL.match(cell.strip().strip('"')) for cell in text.split("\n", 1)[0].split(","))
     try:
-        first, _ = json.JSONDecoder().raw_decode(text)
+        first, end = json.JSONDecoder().raw_decode(text)
     except ValueError:  # a document longer than the bytes sniffed: look for its keys
         return _LOG_KEY.search(head) is not None
+    records = isinstance(first, list) or bool(text[end:].strip())  # a list, or JSON lines
     if isinstance(first, list):
         first = first[0] if first else None
-    return isinstance(first, dict) and any(_LOG_CELL.match(key) for key in first if isinstance(key, str))
+    keys = [key for key in first if isinstance(key, str)] if isinstance(first, dict) else []
+    # One object with a loss but no step is a summary (HF's all_results.json), not a curve.
+    return any((_LOG_CELL if records else _DOCUMENT_KEY).match(key) for key in keys)
 
 
 def walk_local(root: str) -> tuple[list[str], list[Problem]]:
