@@ -21,7 +21,7 @@ from app.scan import scan
 from app.store import runs as stored_runs
 from app.store.db import open_store
 from tests.eventfiles import file_version, record, scalar_event
-from tests.service_helpers import free_port, service
+from tests.service_helpers import free_port, service, wait_for
 from tests.test_scan import changes, loss_curve
 
 
@@ -331,3 +331,16 @@ def test_the_service_takes_urls_under_a_url_root_only(tmp_path):
         assert client.post("/v1/logdirs", json={"path": "gs://bucket/logs/exp1"}).status_code == 403
         assert client.post("/v1/logdirs", json={"path": "s3://bucket/logs/exp1/sub"}).status_code == 409
         assert [d["path"] for d in client.get("/v1/logdirs").json()] == ["s3://bucket/logs/exp1"]
+
+
+def test_the_services_poller_scans_a_watched_url(tmp_path):
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    root = f"memory://lw-{uuid.uuid4().hex[:8]}"
+    fs.pipe(f"{root}/exp1/r/events.out.tfevents.1", event_bytes(loss_curve(300)))
+    with service(f"sqlite:///{tmp_path / 'store.db'}", allowed_roots=(root,), background=True, poll_interval=600) as client:
+        assert client.post("/v1/logdirs", json={"path": f"{root}/exp1"}).status_code == 201
+        wait_for(lambda: [(r["name"], r["points"]) for r in client.get("/v1/runs").json()] == [("r", 300)])
+        [watched] = wait_for(lambda: [d for d in client.get("/v1/logdirs").json() if d["last_scan_at"]])
+        assert watched["last_error"] is None
