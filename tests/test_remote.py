@@ -6,6 +6,8 @@ filesystem, which takes the same code path (listing, range reads, rewrites)."""
 from __future__ import annotations
 
 import os
+import threading
+import time
 import uuid
 
 import numpy as np
@@ -265,6 +267,32 @@ def test_throttling_is_retried_with_backoff_and_denial_is_not():
     with pytest.raises(IngestError) as raised:
         denied.list()
     assert raised.value.problems == [Problem("s3://b/logs", "access denied")] and waits == [0.5, 1.0]
+
+
+class Hanging(Scripted):
+    """Lists one object, then never answers a read."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.release = threading.Event()
+
+    def cat_file(self, path, start, end):
+        self.release.wait(30)
+        return b""
+
+
+def test_a_read_that_hangs_times_out_is_retried_and_reported_as_one_line():
+    hanging = Hanging()
+    remote = RemoteLogdir("gs://b/logs", hanging, timeout=0.2, sleep=lambda s: None)
+    try:
+        [url] = remote.list()
+        started = time.monotonic()
+        with pytest.raises(IngestError) as raised:
+            remote.read(url, 0, 10)
+        assert time.monotonic() - started < 5
+        assert raised.value.problems == [Problem(url, "timed out (after 3 attempts)")]
+    finally:
+        hanging.release.set()
 
 
 def test_url_prefixes_hold_by_path_segment():

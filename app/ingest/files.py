@@ -130,6 +130,23 @@ class SafeFile:
             raise
 
 
+def bounded(fn: Callable[[], _T], timeout: float) -> _T:
+    """`fn()` on a worker thread, which must answer within `timeout` seconds, else
+    `ReadTimeout` (the call is abandoned on its thread): a request to a storage service that
+    stops answering holds up nothing else."""
+    worker = _Worker.take()
+    try:
+        result = worker.call(fn, timeout)
+    except ReadTimeout:
+        worker.abandon(lambda: None)
+        raise
+    except BaseException:
+        worker.finish(lambda: None)
+        raise
+    worker.finish(lambda: None)
+    return result
+
+
 def read_whole(path: str, roots: Sequence[str] | None = None, timeout: float = READ_TIMEOUT) -> bytes:
     """A whole regular file (a JSON/CSV log), under the same rules as event files.
     Raises IngestError, also for a timeout."""

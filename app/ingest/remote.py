@@ -19,9 +19,11 @@ A stored file's `head` holds, for an object, the seam fingerprint and a digest o
 
 Credentials come from the backends' own chains (environment, profile, instance role): none
 is ever taken on the command line.  Endpoints for MinIO/Ceph/R2 come from the same places
-(``AWS_ENDPOINT_URL``).  Every request has a timeout; a failed request (throttled, timed out,
-connection lost) is retried with exponential backoff, then reported as one line naming the
-object and the reason, and the scan goes on with the other objects and runs.
+(``AWS_ENDPOINT_URL``).  Every request must answer within the timeout, whatever the backend
+(it runs on a worker thread, abandoned if it hangs; S3 also gets botocore's own connect and
+read timeouts); a failed request (throttled, timed out, connection lost) is retried with
+exponential backoff, then reported as one line naming the object and the reason, and the
+scan goes on with the other objects and runs.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from dataclasses import dataclass, replace
 from app.ingest import _tfrecord
 from app.ingest.discover import SNIFF_BYTES, Found, discover, root_name
 from app.ingest.events import CHUNK_BYTES, EventDecoder, EventFileRead
-from app.ingest.files import READ_TIMEOUT
+from app.ingest.files import READ_TIMEOUT, ReadTimeout, bounded
 from app.ingest.problems import IngestError, Problem
 
 SEAM_BYTES = 4096  # compared before the saved offset: enough to tell another file from this one
@@ -110,7 +112,7 @@ def describe_error(error: BaseException) -> tuple[str, bool]:
         isinstance(error, OSError) and error.errno == 16
     ):
         return "throttled by the storage service", True
-    if isinstance(error, TimeoutError) or "Timeout" in text or "timed out" in text:
+    if isinstance(error, (TimeoutError, ReadTimeout)) or "Timeout" in text or "timed out" in text:
         return "timed out", True
     if isinstance(error, ConnectionError) or re.search(r"Connect|connection", text):
         return f"cannot connect ({_first_line(error)})", True
@@ -137,6 +139,7 @@ class RemoteLogdir:
         self.url = normalize(url)
         self.fs = fs if fs is not None else open_filesystem(self.url, timeout)
         self.root = self.fs._strip_protocol(self.url).rstrip("/")
+        self.timeout = timeout
         self.retries = RETRIES if retries is None else retries
         self.backoff = BACKOFF if backoff is None else backoff
         self.sleep = sleep
@@ -214,7 +217,7 @@ class RemoteLogdir:
     def _call(self, url: str, request: Callable):
         for attempt in range(self.retries):
             try:
-                return request()
+                return bounded(request, self.timeout)
             except Exception as e:  # any backend's failure: classified, retried or reported
                 reason, transient = describe_error(e)
                 if not transient or attempt == self.retries - 1:
