@@ -1,9 +1,11 @@
 """Finding the runs of a TensorBoard logdir and reading them, incrementally.
 
 A run is a directory holding `events.out.tfevents.*` files, named by its path relative to
-the logdir ("." for the logdir itself), as TensorBoard names them.  Its files are read in
-name order, each from its own saved byte offset: every file is polled every time, because
-a writer may still be appending to an older file after a newer one appeared.
+the logdir ("." for the logdir itself), as TensorBoard names them; the commands walk with
+`app.ingest.discover` instead, which finds other sources too and names "." by its folder.
+Its files are read in name order, each from its own saved byte offset: every file is
+polled every time, because a writer may still be appending to an older file after a newer
+one appeared.
 
 A file rewritten under the same name (see `app.ingest.events`) makes the whole run be read
 again from the start, with fresh restart state: the run's points are replaced by what its
