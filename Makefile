@@ -32,6 +32,7 @@ bench: install-test
 	$(BIN)/python bench/memory.py
 	$(BIN)/python bench/chaos.py
 	$(BIN)/python bench/liveness.py
+	$(BIN)/python bench/remote.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info app/ingest/_tfrecord.c app/ingest/*.so

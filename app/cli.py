@@ -24,6 +24,7 @@ from app import scan as scanner
 from app.alerts import receivers, silences
 from app.alerts.webhooks import DeliveryConfig, longest_send
 from app.export import FORMATS, runs_frame, write_frame
+from app.ingest.discover import LOOKED_FOR
 from app.ingest.problems import IngestError, Problem
 from app.ingest.sources import PathRead, read_path
 from app.report import (
@@ -71,6 +72,10 @@ _links_option = click.option(
     "--external-url", envvar="LOSSWATCH_EXTERNAL_URL", show_envvar=True, callback=_external_url,
     help="Where the service is reached (http(s)://HOST[:PORT]): messages link to its run and alert pages.",
 )
+_allow_empty_option = click.option(
+    "--allow-empty", is_flag=True,
+    help="A PATH with no run to read is not an error (a logdir that is empty until training starts).",
+)
 
 EXIT_ALERTS = 1
 EXIT_INPUT_ERROR = 2
@@ -86,13 +91,16 @@ def main() -> None:
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--strict", is_flag=True, help="Fail (exit 2) on any bad record instead of skipping it.")
-def runs(paths: tuple[str, ...], strict: bool) -> None:
-    """List the runs and series found under each PATH, with point counts and step ranges."""
+@_allow_empty_option
+def runs(paths: tuple[str, ...], strict: bool, allow_empty: bool) -> None:
+    """List what would be analysed under each PATH: every run, how its source was
+    recognised, and its series with point counts and step ranges."""
     for path in paths:
-        read = _read(path, strict)
+        read = _read(path, strict, allow_empty)
         for run in read.runs.values():
             p = run.points
-            click.echo(f"{path} :: {run.name}  ({len(p)} points, {len(run.rollbacks)} rollbacks)")
+            click.echo(f"{path} :: {run.name}  ({len(p)} points, {len(run.rollbacks)} rollbacks)"
+                       f"  [{read.recognised.get(run.name, '')}]")
             counts = np.bincount(p.tag, minlength=len(p.tags))
             for i, name in enumerate(p.tags):
                 if counts[i]:
@@ -106,7 +114,8 @@ def runs(paths: tuple[str, ...], strict: bool) -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="File to write (default: stdout).")
 @click.option("--current", is_flag=True, help="Only the current view: the later write of a step wins after a restart.")
 @click.option("--strict", is_flag=True, help="Fail (exit 2) on any bad record instead of skipping it.")
-def export(path: str, fmt: str, output: str | None, current: bool, strict: bool) -> None:
+@_allow_empty_option
+def export(path: str, fmt: str, output: str | None, current: bool, strict: bool, allow_empty: bool) -> None:
     """Write every scalar point under PATH as long-form rows: run, tag, step, wall_time,
     value, segment.  PATH is a logdir, an event file, or a JSON/NDJSON/CSV/trainer_state log."""
     if fmt == "parquet":
@@ -114,7 +123,7 @@ def export(path: str, fmt: str, output: str | None, current: bool, strict: bool)
             _fail("parquet export needs pyarrow: pip install 'losswatch[parquet]'")
         if output is None and sys.stdout.isatty():
             raise click.UsageError("parquet is binary: give -o FILE or redirect stdout")
-    frame = runs_frame(_read(path, strict).runs.values(), current=current)
+    frame = runs_frame(_read(path, strict, allow_empty).runs.values(), current=current)
     with open(output, "wb") if output else contextlib.nullcontext(sys.stdout.buffer) as out:
         write_frame(frame, fmt, out)
 
@@ -128,11 +137,12 @@ def export(path: str, fmt: str, output: str | None, current: bool, strict: bool)
     help="Exit 1 when an alert of this severity or worse is found.",
 )
 @click.option("--strict", is_flag=True, help="Fail (exit 2) on any bad record instead of skipping it.")
-def analyze(paths: tuple[str, ...], fmt: str, config_file: str | None, fail_on: str, strict: bool) -> None:
+@_allow_empty_option
+def analyze(paths: tuple[str, ...], fmt: str, config_file: str | None, fail_on: str, strict: bool, allow_empty: bool) -> None:
     """Print every alert for every run under each PATH (logdir, event file, JSON/NDJSON/CSV
     or trainer_state log).  Stateless: each call reads and analyses everything."""
     config = _load_config(config_file)
-    reads = [(path, _read(path, strict)) for path in paths]
+    reads = [(path, _read(path, strict, allow_empty)) for path in paths]
     assessed, failed = [], 0
     for path, read in reads:
         for run in read.runs.values():
@@ -196,13 +206,15 @@ def plot(path: str, run_name: str | None, tag: str | None, output: str) -> None:
               help="Seconds for each step of a delivery request: connecting, sending, awaiting the answer.")
 @click.option("--delivery-budget", default=scanner.DELIVERY_BUDGET, show_default=True, type=click.FloatRange(min=0),
               help="Seconds the scan may spend delivering, after its own work; what is left waits for the next scan.")
+@_allow_empty_option
 def scan(
     paths: tuple[str, ...], db_url: str | None, fmt: str, config_file: str | None, fail_on: str,
     webhooks: tuple[str, ...], alertmanagers: tuple[str, ...], show_all: bool, external_url: str | None,
-    webhook_timeout: float, delivery_budget: float,
+    webhook_timeout: float, delivery_budget: float, allow_empty: bool,
 ) -> None:
     """Read what is new under each PATH since the last scan, re-analyse the runs that
-    changed, and print each alert that fired, changed or resolved, once."""
+    changed, and print each alert that fired, changed or resolved, once.  PATH is a
+    directory, a file or a URL prefix (s3://, gs://, ...)."""
     config = _load_config(config_file)
     specs = _receivers(webhooks, alertmanagers, config_file)
     delivery = DeliveryConfig(timeout=webhook_timeout, lease=max(120.0, 2 * longest_send(webhook_timeout)),
@@ -233,6 +245,11 @@ def scan(
     click.echo(_render_scan(fmt, outcome, summary, open_records, show_all))
     sys.stdout.flush()
     scanner.printed(store, reporter)
+    if not allow_empty:
+        for path in outcome.empty:
+            click.echo(f"losswatch: {no_runs(path)}", err=True)
+    if outcome.failed or (outcome.empty and not allow_empty):
+        sys.exit(EXIT_INPUT_ERROR)
     worst = [Severity[e.event.record.severity.upper()] for e in outcome.events if e.event.change.value != "resolved"]
     if show_all:
         worst += [Severity[r.severity.upper()] for r in open_records if r.state.value == "firing"]
@@ -245,7 +262,7 @@ def scan(
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
 @_db_option
 @click.option("--allow-root", "allowed_roots", multiple=True, type=click.Path(file_okay=False),
-              help="A directory under which logdirs may be registered (repeatable).")
+              help="A directory or URL prefix (s3://bucket/logs) under which logdirs may be registered (repeatable).")
 @click.option("--poll-interval", default=30.0, show_default=True, type=click.FloatRange(min=0.1),
               help="Seconds between scans of each watched logdir.")
 @click.option("--analysis-interval", default=1.0, show_default=True, type=click.FloatRange(min=0),
@@ -515,7 +532,9 @@ def _run_summary(source: str, run) -> dict:
     }
 
 
-def _read(path: str, strict: bool) -> PathRead:
+def _read(path: str, strict: bool, allow_empty: bool = False) -> PathRead:
+    """Every run under `path`; a path that holds none with a point is an input error (a
+    typo must not look green in cron) unless `allow_empty`."""
     progress = _progress() if sys.stderr.isatty() else None
     try:
         read = read_path(path, strict=strict, progress=progress)
@@ -523,7 +542,13 @@ def _read(path: str, strict: bool) -> PathRead:
         _report(e.problems)
         sys.exit(EXIT_INPUT_ERROR)
     _report(read.problems)
+    if not allow_empty and not any(len(run.points) for run in read.runs.values()):
+        _fail(no_runs(path))
     return read
+
+
+def no_runs(path: str) -> str:
+    return f"{path}: no run to read: {LOOKED_FOR}; pass --allow-empty if it is empty on purpose"
 
 
 def _progress(what: str = "reading runs"):

@@ -33,11 +33,13 @@ import httpx
 from analyzers.config import AnalysisConfig
 from app.alerts.lifecycle import AlertRecord
 from app.alerts.webhooks import DeliveryConfig, DeliveryReport, deliver_due, resend_firing
+from app.ingest.discover import TEXT_SUFFIXES, Source, discover_local
 from app.ingest.files import READ_TIMEOUT, read_whole, under_roots
-from app.ingest.logdir import RunState, find_runs, is_event_file, read_run
+from app.ingest.logdir import RunState, is_event_file, read_run
 from app.ingest.problems import IngestError, Problem
+from app.ingest.remote import RemoteLogdir, is_url, normalize, url_contains
 from app.ingest.restarts import assign_segments
-from app.ingest.sources import check_file, run_name_for_file
+from app.ingest.sources import check_file, read_text_source, run_name_for_file
 from app.ingest.textlogs import parse_text_log
 from app.store import alerts as stored_alerts
 from app.store import reports
@@ -60,6 +62,8 @@ class ScanOutcome:
     problems: list[Problem] = field(default_factory=list)
     deliveries: DeliveryReport = field(default_factory=lambda: DeliveryReport(0, []))
     earlier: int = 0  # the first `earlier` events were left unprinted by an earlier scan
+    empty: list[str] = field(default_factory=list)  # paths under which no source was found
+    failed: list[str] = field(default_factory=list)  # paths that could not be listed (in `problems`)
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,8 @@ class _Target:
     name: str
     files: list[str]
     text: bool = False  # a JSON/CSV log, re-read whole when it changes
+    found: Source | None = None  # how a walk found it (a JSON/CSV log's runs are named from it)
+    remote: RemoteLogdir | None = None  # the listing of the prefix that holds it, which reads it
 
 
 def scan(
@@ -109,7 +115,9 @@ def scan(
     delivery: DeliveryConfig = DeliveryConfig(),
     budget: float | None = DELIVERY_BUDGET,
 ) -> ScanOutcome:
-    """Scan every path; raises IngestError for a path that does not exist.
+    """Scan every path; raises IngestError for a local path that does not exist or lies
+    outside `roots`.  A URL prefix that cannot be listed is a problem (in `failed`), and the
+    other paths are still scanned; a path under which no source is found is in `empty`.
 
     A path inside a directory also given is left out (its runs would be stored twice) and
     said so.  `roots`: the service's allowed roots, checked for each path (IngestError when
@@ -124,7 +132,16 @@ def scan(
     outcome = ScanOutcome()
     targets: list[_Target] = []
     for path in _outermost(paths, outcome.problems):
-        found, problems = _targets(path, roots)
+        try:
+            found, problems = _targets(path, roots, timeout)
+        except IngestError as e:
+            if not is_url(path):
+                raise
+            outcome.problems += e.problems
+            outcome.failed.append(path)
+            continue
+        if not found:
+            outcome.empty.append(path)
         targets += found
         outcome.problems += problems
     outcome.runs = len(targets)
@@ -170,19 +187,20 @@ def open_alerts(store: Store, paths: list[str]) -> list[AlertRecord]:
 
 
 def _source(path: str) -> str:
-    return os.path.realpath(path)
+    return normalize(path) if is_url(path) else os.path.realpath(path)
 
 
 def _outermost(paths: list[str], problems: list[Problem]) -> list[str]:
     """The paths less those inside a directory also given (each run is scanned once, under
-    the outermost path), with a note for each left out.  JSON/CSV logs are never left out:
-    scanning a directory reads only its event files."""
+    the outermost path), with a note for each left out.  Files the walk would not consider
+    (not an event file nor a JSON/CSV name) are never left out."""
     real = [_source(p) for p in paths]
     keep = []
     for i, path in enumerate(paths):
-        covers = [j for j in range(len(paths)) if j != i and os.path.isdir(real[j]) and _inside(real[i], real[j])
+        covers = [j for j in range(len(paths)) if j != i and _is_dir(real[j]) and _inside(real[i], real[j])
                   and (real[i] != real[j] or j < i)]
-        if not covers or not (os.path.isdir(real[i]) or is_event_file(os.path.basename(real[i]))):
+        walked = is_event_file(os.path.basename(real[i])) or real[i].endswith(TEXT_SUFFIXES)
+        if not covers or not (_is_dir(real[i]) or walked):
             keep.append(path)
             continue
         outer = paths[min(covers, key=lambda j: (len(real[j]), j))]
@@ -191,17 +209,36 @@ def _outermost(paths: list[str], problems: list[Problem]) -> list[str]:
     return keep
 
 
+def _is_dir(path: str) -> bool:
+    """A local directory, or a URL (always a prefix)."""
+    return is_url(path) or os.path.isdir(path)
+
+
 def _inside(path: str, directory: str) -> bool:
+    if is_url(path) or is_url(directory):
+        return is_url(path) and is_url(directory) and url_contains(directory, path)
     return os.path.commonpath([path, directory]) == directory
 
 
-def _targets(path: str, roots: Sequence[str] | None) -> tuple[list[_Target], list[Problem]]:
+def allowed_source(source: str, roots: Sequence[str]) -> bool:
+    """Whether a path or URL (resolved, see `_source`) lies under one of the allowed roots;
+    a URL only under a URL root, a path only under a directory."""
+    if is_url(source):
+        return any(is_url(root) and url_contains(root, source) for root in roots)
+    return under_roots(source, [root for root in roots if not is_url(root)])
+
+
+def _targets(path: str, roots: Sequence[str] | None, timeout: float) -> tuple[list[_Target], list[Problem]]:
     source = _source(path)
-    if roots is not None and not under_roots(source, roots):
+    if roots is not None and not allowed_source(source, roots):
         raise IngestError(Problem(path, OUTSIDE_ROOTS))
+    if is_url(path):
+        remote = RemoteLogdir(source, timeout=timeout)
+        found = remote.discover()
+        return [_Target(source, s.name, list(s.files), s.text, s, remote) for s in found.sources], found.problems
     if os.path.isdir(path):
-        runs, problems = find_runs(source)
-        return [_Target(source, name, files) for name, files in runs.items()], problems
+        found = discover_local(source, roots, timeout)
+        return [_Target(source, s.name, list(s.files), s.text, s) for s in found.sources], found.problems
     check_file(path)
     if is_event_file(os.path.basename(path)):
         return [_Target(source, os.path.basename(os.path.dirname(source)) or ".", [source])], []
@@ -209,8 +246,14 @@ def _targets(path: str, roots: Sequence[str] | None) -> tuple[list[_Target], lis
 
 
 def _changed(target: _Target, known: dict[str, StoredFile]) -> bool:
-    """Whether any file of the run grew (or appeared) since it was last read."""
+    """Whether any file of the run grew (or appeared) since it was last read; an object in
+    storage is judged from the listing (size and ETag), with no request of its own."""
     for path in target.files:
+        if target.remote is not None:
+            stored = known.get(path)
+            if stored is None or target.remote.changed(path, stored.size, stored.head):
+                return True
+            continue
         try:
             size = os.stat(path).st_size
         except OSError:
@@ -230,6 +273,7 @@ def _scan_run(store: Store, target: _Target, options: _Options, outcome: ScanOut
     read = read_run(
         target.name, target.files, {p: f.offset for p, f in files.items()}, before.state if before else None,
         heads={p: f.head for p, f in files.items()}, roots=options.roots, timeout=options.timeout,
+        reader=target.remote.read_events if target.remote is not None else None,
     )
     outcome.problems += read.problems
     progress = {path: StoredFile(p.offset, p.size, p.end.value, p.head) for path, p in read.files.items()}
@@ -258,21 +302,27 @@ def _scan_text(store: Store, target: _Target, options: _Options, outcome: ScanOu
     """A JSON/CSV log changed: read it whole and replace what its runs held."""
     path = target.files[0]
     try:
-        data = read_whole(path, options.roots, options.timeout)
+        data = target.remote.read_whole(path) if target.remote else read_whole(path, options.roots, options.timeout)
     except IngestError as e:
         outcome.problems += e.problems
         return
-    parsed = parse_text_log(data, source=path, run=target.name)
-    outcome.problems += parsed.problems
+    if target.found is not None:
+        runs, problems = read_text_source(target.found, data)
+    else:
+        parsed = parse_text_log(data, source=path, run=target.name)
+        runs, problems = parsed.runs, parsed.problems
+    outcome.problems += problems
+    head = target.remote.identity_head(path) if target.remote else None
     now = options.clock()
-    for name, points in parsed.runs.items():
+    for name, points in runs.items():
         with store.write() as conn:
             run = stored_runs.lock_run(conn, target.source, name, now)
-            if stored_runs.run_files(conn, run.id).get(path, StoredFile(0, -1, "")).size == len(data):
+            stored = stored_runs.run_files(conn, run.id).get(path, StoredFile(0, -1, ""))
+            if (stored.size, stored.head) == (len(data), head):
                 continue  # another scan got here first
             segment, rollbacks, segments = assign_segments(points, [(0, path)])
             stored_runs.delete_points(conn, run.id)
-            stored_runs.save_files(conn, run.id, {path: StoredFile(len(data), len(data), "complete")})
+            stored_runs.save_files(conn, run.id, {path: StoredFile(len(data), len(data), "complete", head)})
             fresh = replace(run, last_step=None, points=0, analyzed_points=None)
             updated = store_points(conn, fresh, points, segment, tuple(rollbacks), RunState(segments), now)
             outcome.changed += 1

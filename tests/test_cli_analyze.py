@@ -73,7 +73,7 @@ def test_exit_code_follows_fail_on(logdir, fail_on, code):
 def test_clean_run_exits_0_with_a_clear_line(logdir):
     result = invoke("analyze", str(logdir / "clean"))
     assert result.exit_code == 0
-    assert result.stdout == "no alerts in 1 run\nhealth  .  healthy  nothing wrong seen; 0 loss spikes; last step 1999\n"
+    assert result.stdout == "no alerts in 1 run\nhealth  clean  healthy  nothing wrong seen; 0 loss spikes; last step 1999\n"
 
 
 def test_table_is_one_line_per_alert_worst_first_then_one_health_line_per_run(logdir):

@@ -85,7 +85,7 @@ def test_runs_lists_runs_and_series(logdir):
     result = invoke("runs", str(logdir))
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
-    assert lines[0] == f"{logdir} :: run_a  (5 points, 1 rollbacks)"
+    assert lines[0] == f"{logdir} :: run_a  (5 points, 1 rollbacks)  [TensorBoard event files (2 files)]"
     assert lines[1].split() == ["train/loss", "5", "points", "steps", "0..2"]
 
 

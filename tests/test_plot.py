@@ -88,7 +88,7 @@ def test_a_restart_is_one_line_across_every_panel(tmp_path):
 
 
 def test_log_scale_where_the_range_calls_for_it():
-    run = read_path(str(SAMPLES / "fp16_overflow")).runs["."]
+    run = read_path(str(SAMPLES / "fp16_overflow")).runs["fp16_overflow"]
     fig = plot.draw_run(str(SAMPLES / "fp16_overflow"), run)
     scales = {ax.get_gid(): ax.get_yscale() for ax in fig.axes}
     assert scales == {"panel-loss": "linear", "panel-grad_norm": "log", "panel-learning_rate": "log",

@@ -85,7 +85,7 @@ def read_event_file(
     what it decoded (end TIMED_OUT, with a problem).  Raises IngestError if the file cannot
     be opened (or is not a regular file, or is outside `roots`) or times out before any read.
     """
-    decoder = _Decoder(path, offset, tags)
+    decoder = EventDecoder(path, offset, tags)
     try:
         with SafeFile(path, roots, timeout, start_bytes=HEAD_BYTES, at=offset) as f:
             start = f.start
@@ -103,7 +103,7 @@ def read_event_file(
     return decoder.result(size=f.size, head=_fingerprint(start, decoder.pos))
 
 
-def _decode(f: SafeFile, decoder: _Decoder, chunk_bytes: int) -> None:
+def _decode(f: SafeFile, decoder: EventDecoder, chunk_bytes: int) -> None:
     """Feed the file to the decoder in chunks, up to its size when opened."""
     size = chunk_bytes
     while decoder.pos < f.size:
@@ -130,13 +130,13 @@ def _fingerprint(start: bytes, read_up_to: int) -> str:
 def decode_event_bytes(data: bytes, offset: int, name: str, tags: _tfrecord.TagTable | None = None) -> EventFileRead:
     """The complete records of `data`, which are the bytes of event file `name` from byte
     `offset` on (a chunk posted to the service)."""
-    decoder = _Decoder(name, offset, tags)
+    decoder = EventDecoder(name, offset, tags)
     decoder.reserve(len(data))
     decoder.feed(data)
     return decoder.result()
 
 
-class _Decoder:
+class EventDecoder:
     """Feeds consecutive byte ranges of one file to the compiled decoder."""
 
     def __init__(self, path: str, offset: int, tags: _tfrecord.TagTable | None) -> None:

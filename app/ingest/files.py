@@ -130,6 +130,23 @@ class SafeFile:
             raise
 
 
+def bounded(fn: Callable[[], _T], timeout: float) -> _T:
+    """`fn()` on a worker thread, which must answer within `timeout` seconds, else
+    `ReadTimeout` (the call is abandoned on its thread): a request to a storage service that
+    stops answering holds up nothing else."""
+    worker = _Worker.take()
+    try:
+        result = worker.call(fn, timeout)
+    except ReadTimeout:
+        worker.abandon(lambda: None)
+        raise
+    except BaseException:
+        worker.finish(lambda: None)
+        raise
+    worker.finish(lambda: None)
+    return result
+
+
 def read_whole(path: str, roots: Sequence[str] | None = None, timeout: float = READ_TIMEOUT) -> bytes:
     """A whole regular file (a JSON/CSV log), under the same rules as event files.
     Raises IngestError, also for a timeout."""
@@ -140,6 +157,16 @@ def read_whole(path: str, roots: Sequence[str] | None = None, timeout: float = R
                 parts.append(data)
                 at += len(data)
             return b"".join(parts)
+    except ReadTimeout as e:
+        raise IngestError(Problem(path, timed_out(timeout))) from e
+
+
+def read_head(path: str, size: int, roots: Sequence[str] | None = None, timeout: float = READ_TIMEOUT) -> bytes:
+    """The first `size` bytes of a regular file (to recognise a log), under the same rules
+    as event files.  Raises IngestError, also for a timeout."""
+    try:
+        with SafeFile(path, roots, timeout, start_bytes=size, noun="file") as f:
+            return f.start
     except ReadTimeout as e:
         raise IngestError(Problem(path, timed_out(timeout))) from e
 

@@ -1,9 +1,11 @@
 """Finding the runs of a TensorBoard logdir and reading them, incrementally.
 
 A run is a directory holding `events.out.tfevents.*` files, named by its path relative to
-the logdir ("." for the logdir itself), as TensorBoard names them.  Its files are read in
-name order, each from its own saved byte offset: every file is polled every time, because
-a writer may still be appending to an older file after a newer one appeared.
+the logdir ("." for the logdir itself), as TensorBoard names them; the commands walk with
+`app.ingest.discover` instead, which finds other sources too and names "." by its folder.
+Its files are read in name order, each from its own saved byte offset: every file is
+polled every time, because a writer may still be appending to an older file after a newer
+one appeared.
 
 A file rewritten under the same name (see `app.ingest.events`) makes the whole run be read
 again from the start, with fresh restart state: the run's points are replaced by what its
@@ -26,6 +28,8 @@ from app.ingest.files import READ_TIMEOUT
 from app.ingest.points import Points
 from app.ingest.problems import IngestError, Problem
 from app.ingest.restarts import Rollback, SegmentState, SessionStart, assign_segments
+
+FileReader = Callable[[str, int, _tfrecord.TagTable, "str | None"], EventFileRead]
 
 
 @dataclass(frozen=True)
@@ -100,21 +104,27 @@ def read_run(
     heads: Mapping[str, str | None] | None = None,
     roots: Sequence[str] | None = None,
     timeout: float = READ_TIMEOUT,
+    reader: FileReader | None = None,
 ) -> Run:
     """Read what is new in each of a run's files and split it into segments.
 
     `heads` are the files' fingerprints from the reads that reached `offsets`: a file that
     no longer matches (rewritten) makes the whole run be read again from the start, and
     `Run.rewritten` names it.  `roots` and `timeout`: see `app.ingest.files.SafeFile`.
-    A file that cannot be read is reported and skipped; the run's other files still are.
+    `reader(path, offset, tags, head)` reads one file (default: a local file; objects in
+    storage: `app.ingest.remote`).  A file that cannot be read is reported and skipped;
+    the run's other files still are.
     """
     offsets, heads, state = offsets or {}, heads or {}, state or RunState()
+    if reader is None:
+        def reader(path: str, offset: int, tags: _tfrecord.TagTable, head: str | None) -> EventFileRead:
+            return read_event_file(path, offset, tags, head=head, roots=roots, timeout=timeout)
     tags = _tfrecord.TagTable(state.plugins)
-    reads, problems, rewritten = _read_files(files, offsets, heads, tags, roots, timeout)
+    reads, problems, rewritten = _read_files(files, offsets, heads, tags, reader)
     if rewritten:
         path, why = rewritten
         state, tags = RunState(), _tfrecord.TagTable()
-        reads, problems, _ = _read_files(files, {}, {}, tags, roots, timeout)
+        reads, problems, _ = _read_files(files, {}, {}, tags, reader)
         problems.insert(0, Problem(path, f"rewritten since it was last read ({why}): the run is read again from the start"))
     parts, sources, starts = [], [], []
     first = 0
@@ -143,15 +153,14 @@ def _read_files(
     offsets: Mapping[str, int],
     heads: Mapping[str, str | None],
     tags: _tfrecord.TagTable,
-    roots: Sequence[str] | None,
-    timeout: float,
+    reader: FileReader,
 ) -> tuple[list[EventFileRead], list[Problem], tuple[str, str] | None]:
     """Each file's new records; stops at the first file found rewritten, returning it and why."""
     reads: list[EventFileRead] = []
     problems: list[Problem] = []
     for path in files:
         try:
-            read = read_event_file(path, offsets.get(path, 0), tags, head=heads.get(path), roots=roots, timeout=timeout)
+            read = reader(path, offsets.get(path, 0), tags, heads.get(path))
         except IngestError as e:
             problems.extend(e.problems)
             continue

@@ -164,7 +164,7 @@ class SilenceBody(BaseModel):
 
 
 class LogdirBody(BaseModel):
-    path: str = Field(description="a directory under one of the service's allowed roots", examples=["/data/tb-logs/exp1"])
+    path: str = Field(description="a directory or URL prefix under one of the service's allowed roots", examples=["/data/tb-logs/exp1"])
 
 
 class Logdir(BaseModel):

@@ -24,7 +24,7 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
     db_url: str | None = Field(None, description="Store URL; default: the SQLite file in the user state directory.")
-    allowed_roots: tuple[str, ...] = Field((), description="Directories under which logdirs may be registered.")
+    allowed_roots: tuple[str, ...] = Field((), description="Directories and URL prefixes under which logdirs may be registered.")
     max_body_bytes: int = Field(64 << 20, description="Larger request bodies get 413.")
     max_points_per_request: int = Field(1_000_000, description="More points in one request get 413.")
     max_heavy_requests: int = Field(2, ge=1, description="Large posts and series reads served at once; more get 503.")

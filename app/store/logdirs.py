@@ -9,6 +9,7 @@ import os
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from app.ingest.remote import is_url, url_contains
 from app.store.schema import logdirs
 
 _REGISTRATION_LOCK = 0x6C6F6764  # "logd": PostgreSQL advisory lock serialising registrations
@@ -37,7 +38,9 @@ def overlapping(conn: Connection, path: str) -> list[dict]:
 
 
 def contains(directory: str, path: str) -> bool:
-    """Whether `path` is `directory` or lies under it (both resolved already)."""
+    """Whether `path` is `directory` or lies under it (both resolved already; URLs by prefix)."""
+    if is_url(directory) or is_url(path):
+        return is_url(directory) and is_url(path) and url_contains(directory, path)
     return os.path.commonpath([directory, path]) == directory
 
 

@@ -7,7 +7,8 @@ import time
 
 from fastapi import APIRouter, Path, Request, Response
 
-from app.ingest.files import under_roots
+from app.ingest.remote import is_url, normalize
+from app.scan import allowed_source
 from app.service.auth import READ, WRITE
 from app.service.errors import ApiError
 from app.service.models import Error, Logdir, LogdirBody
@@ -19,25 +20,29 @@ router = APIRouter(prefix="/v1/logdirs", tags=["logdirs"])
 
 def allowed(path: str, roots: tuple[str, ...]) -> str | None:
     """The real path of `path` if it lies under one of `roots` (after resolving `..` and
-    symlinks on both sides), else None.  Checked again at every poll, for the logdir and
-    each of its files (`app.ingest.files`)."""
-    real = os.path.realpath(path)
-    return real if under_roots(real, roots) else None
+    symlinks on both sides), else None; a URL (`s3://...`) only under a URL root, by
+    prefix.  Checked again at every poll, for the logdir and each of its files
+    (`app.ingest.files`)."""
+    real = normalize(path) if is_url(path) else os.path.realpath(path)
+    return real if allowed_source(real, roots) else None
 
 
 @router.post("", response_model=Logdir, status_code=201, dependencies=[WRITE],
              responses={403: {"model": Error}, 404: {"model": Error}, 409: {"model": Error}}, summary="Watch a logdir")
 def add(body: LogdirBody, request: Request) -> Logdir:
     """The poller scans it every `poll_interval` seconds, with the same code as `losswatch scan`.
+    The path may be a URL prefix (`s3://bucket/logs`) under a URL given to `--allow-root`;
+    it is listed at the first poll (its errors are in `last_error`).
     A logdir that holds a watched one or lies inside one is refused (409): a run under both
     would be stored twice."""
     settings = settings_of(request)
-    if "\x00" in body.path or not os.path.isabs(body.path):
+    remote = is_url(body.path)
+    if "\x00" in body.path or not (remote or os.path.isabs(body.path)):
         raise ApiError(422, "invalid_path", "the path must be absolute")
     real = allowed(body.path, settings.allowed_roots)
     if real is None:
         raise ApiError(403, "forbidden_path", "the path is outside the allowed roots")
-    if not os.path.isdir(real):
+    if not remote and not os.path.isdir(real):
         raise ApiError(404, "not_found", "no such directory")
     with store_of(request).write() as conn:
         stored_logdirs.lock_registrations(conn)
