@@ -2,12 +2,13 @@
 planted patterns, tests/curves.py: train losses, and runs with eval losses or not learning) and the classification accuracy of loss spikes, beside the
 one-rule detectors other tools ship, on the same curves; then the real sample runs against
 what was caused in them (sample_runs/labels.json); then the real public logs labelled in
-bench/labels/reference_runs.json, per kind on the tuning and the held-out part, beside
+bench/labels/reference_runs.json and the runs trained for the purpose in
+bench/labels/trained_runs.json (bench/trained/), each per kind on the tuning and the held-out part, beside
 OLMo-core's rule and trainspotter, with warnings on clean runs and the time to first alert
 in a live replay (bench/replay.py).
 
     .venv/bin/python bench/accuracy.py                  # everything (a few minutes)
-    .venv/bin/python bench/accuracy.py --real-only      # only the real public logs
+    .venv/bin/python bench/accuracy.py --real-only      # only the labelled real curves
     .venv/bin/python bench/accuracy.py --no-replay      # without the live replay
     .venv/bin/python bench/accuracy.py --show-heldout   # also list held-out misses and false alarms
 
@@ -60,7 +61,7 @@ def peer_score(corpus, rule) -> Score:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="Accuracy of losswatch's detectors beside its peers.")
-    parser.add_argument("--real-only", action="store_true", help="only the labelled real public logs")
+    parser.add_argument("--real-only", action="store_true", help="only the labelled real curves (public logs, trained runs)")
     parser.add_argument("--no-replay", action="store_true", help="skip the live replay (time to first alert)")
     parser.add_argument("--show-heldout", action="store_true", help="also list the held-out part's misses and false alarms")
     args = parser.parse_args()
@@ -68,6 +69,7 @@ def main() -> None:
         generated()
         sample_runs()
     reference_runs(show_heldout=args.show_heldout, replay=not args.no_replay)
+    trained_runs(show_heldout=args.show_heldout, replay=not args.no_replay)
 
 
 def generated() -> None:
@@ -124,13 +126,22 @@ def reference_runs(show_heldout: bool, replay: bool) -> None:
     if not (corpus.shared_root / "reference-runs").is_dir():
         print(f"\nreal public logs: not found under {corpus.shared_root} (shared/ is laid beside the repo)")
         return
+    real_corpus("Real public logs (bench/labels/reference_runs.json)", corpus, show_heldout, replay)
+
+
+def trained_runs(show_heldout: bool, replay: bool) -> None:
+    real_corpus("Runs trained for the purpose (bench/labels/trained_runs.json)", labels.load(labels.TRAINED), show_heldout, replay)
+
+
+def real_corpus(title: str, corpus: labels.Corpus, show_heldout: bool, replay: bool) -> None:
+    """Score losswatch and its peers on one labelled corpus of real curves, per part."""
     started = time.monotonic()
-    progress(f"real public logs: {len(corpus.runs)} labelled runs under {corpus.shared_root}")
+    progress(f"{title}: {len(corpus.runs)} labelled runs under {corpus.shared_root}")
     flags = {"losswatch": {}, "OLMo-core 6 sigma/128": {}}
     for run in corpus.runs:
-        realcurves.read_run(corpus, run)
-        flags["losswatch"][run] = realcurves.losswatch_flags(corpus, run)
-        flags["OLMo-core 6 sigma/128"][run] = realcurves.olmo_flags(corpus, run)
+        realcurves.read_run(run)
+        flags["losswatch"][run] = realcurves.losswatch_flags(run)
+        flags["OLMo-core 6 sigma/128"][run] = realcurves.olmo_flags(run)
     progress(f"  read and analysed in {time.monotonic() - started:.0f} s")
     missing = realcurves.trainspotter_missing()
     if missing is None:
@@ -138,7 +149,7 @@ def reference_runs(show_heldout: bool, replay: bool) -> None:
         flags["trainspotter 0.2.6"] = realcurves.trainspotter_flags(corpus)
     outcomes = {name: {run: realcurves.match(run, f[run]) for run in corpus.runs} for name, f in flags.items()}
 
-    print("\n## Real public logs (bench/labels/reference_runs.json)\n")
+    print(f"\n## {title}\n")
     for part in labels.PARTS:
         runs = corpus.part(part)
         print(f"{part}: {len(runs)} runs, {sum(len(r.required) for r in runs)} required events, "
@@ -175,7 +186,7 @@ def reference_runs(show_heldout: bool, replay: bool) -> None:
 
     if replay:
         time_to_alert(corpus, show_heldout)
-    progress(f"real public logs done in {time.monotonic() - started:.0f} s")
+    progress(f"{title}: done in {time.monotonic() - started:.0f} s")
 
 
 def details(part: str, runs: tuple, outcomes: dict) -> None:
@@ -195,7 +206,7 @@ def details(part: str, runs: tuple, outcomes: dict) -> None:
 
 def time_to_alert(corpus, show_heldout: bool) -> None:
     started = time.monotonic()
-    todo = [(realcurves.read_run(corpus, run), event) for run in corpus.runs for event in run.required]
+    todo = [(realcurves.read_run(run), event) for run in corpus.runs for event in run.required]
     progress(f"live replay of {len(todo)} events, 10 steps per request ...")
     timings = replay_events(todo, progress)
     part_of = {(r.run, e): r.part for r in corpus.runs for e in r.required}

@@ -1,4 +1,5 @@
-"""The labelled corpus of real public logs (bench/labels/reference_runs.json): what a person
+"""The labelled corpora of real curves: the public logs (bench/labels/reference_runs.json)
+and the runs trained here for the purpose (bench/labels/trained_runs.json).  What a person
 sees on each curve, as data, and the rule for matching an alert to it.
 
 Loaded by bench/accuracy.py (which scores losswatch and its peers on it) and by
@@ -14,6 +15,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 LABELS = REPO / "bench" / "labels" / "reference_runs.json"
+TRAINED = REPO / "bench" / "labels" / "trained_runs.json"
 
 KINDS = frozenset({
     "loss_spike", "grad_norm_explosion", "nonfinite", "divergence", "overfitting",
@@ -68,12 +70,13 @@ class Span:
 @dataclass(frozen=True)
 class LabelledRun:
     run: str
-    path: str  # relative to the shared root
+    path: str  # relative to the corpus root
     family: str
     part: str
     about: str
     events: tuple[Event, ...]
     clean: tuple[Span, ...]
+    location: Path  # the path resolved against the corpus root
 
     @property
     def required(self) -> tuple[Event, ...]:
@@ -90,21 +93,21 @@ class Corpus:
 
 
 def load(path: Path = LABELS) -> Corpus:
-    """Parse the label file; the shared root is resolved against the repository."""
+    """Parse a label file; its root (`shared_root`) is resolved against the repository."""
     try:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise LabelError(f"{path}: {e}") from e
     root = (REPO / data["shared_root"]).resolve()
-    return Corpus(root, tuple(_run(r, i, path) for i, r in enumerate(data["runs"])))
+    return Corpus(root, tuple(_run(r, i, path, root) for i, r in enumerate(data["runs"])))
 
 
-def _run(raw: dict[str, Any], index: int, path: Path) -> LabelledRun:
+def _run(raw: dict[str, Any], index: int, path: Path, root: Path) -> LabelledRun:
     where = f"{path.name}: runs[{index}] ({raw.get('run')!r})"
     try:
         events = tuple(_event(raw["run"], e, f"{where}.events[{j}]") for j, e in enumerate(raw["events"]))
         clean = tuple(Span(c["tag"], c.get("from"), c.get("to"), c["why"]) for c in raw["clean"])
-        run = LabelledRun(raw["run"], raw["path"], raw["family"], raw["part"], raw["about"], events, clean)
+        run = LabelledRun(raw["run"], raw["path"], raw["family"], raw["part"], raw["about"], events, clean, root / raw["path"])
     except KeyError as e:
         raise LabelError(f"{where}: missing {e.args[0]!r}") from e
     if run.part not in PARTS:

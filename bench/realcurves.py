@@ -132,27 +132,27 @@ def _read(path: str) -> dict[str, Run]:
     return read_path(path).runs
 
 
-def read_run(corpus: Corpus, run: LabelledRun) -> Run:
-    return _read(str(corpus.shared_root / run.path))[run.run]
+def read_run(run: LabelledRun) -> Run:
+    return _read(str(run.location))[run.run]
 
 
 # -- the detectors, reduced to flags ---------------------------------------------------------
 
 
-def losswatch_flags(corpus: Corpus, run: LabelledRun) -> list[Flag]:
+def losswatch_flags(run: LabelledRun) -> list[Flag]:
     """What `losswatch analyze` reports on the run."""
     return [
         Flag(a.finding.kind.value, a.finding.tag, a.finding.start_step, str(a.finding.severity),
              a.finding.classification.value if a.finding.classification else None, a.finding.message)
-        for a in analyze(str(corpus.shared_root / run.path), read_run(corpus, run))
+        for a in analyze(str(run.location), read_run(run))
     ]
 
 
-def olmo_flags(corpus: Corpus, run: LabelledRun) -> list[Flag]:
+def olmo_flags(run: LabelledRun) -> list[Flag]:
     """OLMo-core's stability rule (mean + 6 sigma of the previous 128 values) on each loss,
     eval-loss and grad-norm tag, as losswatch assigns roles.  It skips the step silently;
     each onset counts as a warning."""
-    p = read_run(corpus, run).points
+    p = read_run(run).points
     flags = []
     for i, tag in enumerate(p.tags):
         role = infer_role(tag)
@@ -194,7 +194,7 @@ def trainspotter_flags(corpus: Corpus) -> dict[LabelledRun, list[Flag]]:
     for run in corpus.runs:
         parent, _, split = run.run.rpartition("/")
         key = f"{run.path}::{parent}" if split in SPLITS else f"{run.path}::{run.run}"
-        p = read_run(corpus, run).points
+        p = read_run(run).points
         for i, tag in enumerate(p.tags):
             column = f"{split}/{tag}" if split in SPLITS else tag
             mine = p.tag == i

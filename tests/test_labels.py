@@ -1,7 +1,8 @@
-"""The labels of the real public logs (bench/labels/reference_runs.json) stay well-formed:
-every labelled run still exists and reads, every event names a valid kind on a tag the run
-has, at a step inside that tag's range, and both parts are there with a fair mix in the
-held-out one.  So the corpus the detectors are judged on cannot rot unnoticed."""
+"""The labels of the real curves (the public logs, bench/labels/reference_runs.json, and the
+runs trained for the purpose, bench/labels/trained_runs.json) stay well-formed: every
+labelled run still exists and reads, every event names a valid kind on a tag the run has,
+at a step inside that tag's range, and both parts are there with a fair mix in the held-out
+one.  So the corpora the detectors are judged on cannot rot unnoticed."""
 
 from __future__ import annotations
 
@@ -14,8 +15,16 @@ from app.ingest.sources import read_path
 from bench import corpus
 
 
+@pytest.fixture(scope="module", params=[corpus.LABELS, corpus.TRAINED], ids=["public", "trained"])
+def labels(request: pytest.FixtureRequest) -> corpus.Corpus:
+    loaded = corpus.load(request.param)
+    if not loaded.shared_root.is_dir():
+        pytest.skip(f"labelled runs not found under {loaded.shared_root} (shared/ is laid beside the repo)")
+    return loaded
+
+
 @pytest.fixture(scope="module")
-def labels() -> corpus.Corpus:
+def public() -> corpus.Corpus:
     loaded = corpus.load()
     if not (loaded.shared_root / "reference-runs").is_dir():
         pytest.skip(f"reference runs not found under {loaded.shared_root} (shared/ is laid beside the repo)")
@@ -28,7 +37,7 @@ def _runs(path: str) -> dict:
 
 
 def _tag_steps(labels: corpus.Corpus, run: corpus.LabelledRun) -> dict[str, tuple[int, int]]:
-    runs = _runs(str(labels.shared_root / run.path))
+    runs = _runs(str(run.location))
     assert run.run in runs, f"{run.path} has no run {run.run!r}; it has {sorted(runs)}"
     p = runs[run.run].points
     return {name: (int(p.step[p.tag == i].min()), int(p.step[p.tag == i].max())) for i, name in enumerate(p.tags) if np.any(p.tag == i)}
@@ -54,8 +63,8 @@ def test_runs_are_labelled_once(labels: corpus.Corpus) -> None:
     assert len(keys) == len(set(keys))
 
 
-def test_both_parts_hold_runs_and_the_held_out_part_mixes_families_and_kinds(labels: corpus.Corpus) -> None:
-    heldout, tuning = labels.part("heldout"), labels.part("tuning")
+def test_both_parts_hold_runs_and_the_held_out_part_mixes_families_and_kinds(public: corpus.Corpus) -> None:
+    heldout, tuning = public.part("heldout"), public.part("tuning")
     assert heldout and tuning
     families = {r.family for r in heldout}
     assert {"megatron", "word-lm", "marian-nmt"} <= families
@@ -73,3 +82,13 @@ def test_a_bad_label_is_refused_saying_where(tmp_path) -> None:
     with pytest.raises(corpus.LabelError) as e:
         corpus.load(bad)
     assert str(e.value) == "labels.json: runs[0] ('r').events[0]: unknown kind ['loss_blip']"
+
+
+def test_the_trained_runs_show_what_no_public_log_does() -> None:
+    trained = corpus.load(corpus.TRAINED)
+    for part in corpus.PARTS:
+        runs = trained.part(part)
+        kinds = {e.kind for r in runs for e in r.required}
+        assert {"restart", "loss_spike", "overfitting", "plateau"} <= kinds, (part, kinds)
+        assert any(not r.required for r in runs), f"the {part} part needs a clean run"
+    assert "loss_scale_collapse" in {e.kind for r in trained.part("heldout") for e in r.required}

@@ -1,0 +1,240 @@
+"""Real tiny training runs, each with one thing done to it on purpose, for the labelled
+corpus (bench/labels/trained_runs.json): restarts and fp16 loss-scale collapse, which no
+public log in ../shared shows, and more of the other kinds on a model unlike the sample
+runs' MLP.
+
+A character-level transformer language model (2 pre-norm layers, width 64, 4 heads,
+context 48, batch 24) trained with AdamW on the licence texts in /usr/share/common-licenses
+(about 200 KB of English prose), logged every step with torch's SummaryWriter.  Seeded and
+single-threaded: re-running writes the same curves.  Run from the repository root with a
+writer virtualenv (torch never goes into the project's .venv):
+
+    python3 -m venv /tmp/writers
+    /tmp/writers/bin/pip install torch==2.13.0 tensorboard numpy
+    /tmp/writers/bin/python bench/trained/make_trained.py [NAME...]
+
+Progress goes to stderr; each run's event files go to bench/trained/runs/<name>/.  What
+was done to each run is its plan below (and its `about` in the labels, which say what the
+curves show).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.tensorboard import SummaryWriter
+
+OUT = Path(__file__).resolve().parent / "runs"
+LICENSES = Path("/usr/share/common-licenses")
+TEXTS = ("GPL-2", "LGPL-2.1", "MPL-1.1", "GFDL-1.3", "LGPL-2", "GFDL-1.2", "MPL-2.0", "Apache-2.0", "Artistic", "GPL-3")
+CONTEXT, BATCH, WIDTH = 48, 24, 64
+SECONDS_PER_STEP = 0.5  # simulated wall time
+
+
+@dataclass
+class Plan:
+    name: str
+    about: str
+    seed: int
+    steps: int = 2000
+    peak_lr: float = 3e-3
+    warmup: int = 100
+    clip: float | None = 1.0
+    fp16: bool = False
+    lr_factor: Callable[[int], float] = lambda step: 1.0  # what a bug or an edit did to the LR
+    corrupt: Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None
+    crash_after: int | None = None  # the process dies after this step ...
+    resume_from: int | None = None  # ... and a new one resumes from this checkpoint
+    schedule_lost: bool = False  # the resume restarts the LR schedule from step 0
+    train_chars: int | None = None  # train on only this many characters (overfitting)
+    eval_every: int | None = None
+
+
+class CharLM(nn.Module):
+    def __init__(self, vocab: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, WIDTH)
+        self.position = nn.Parameter(torch.randn(CONTEXT, WIDTH) * 0.02)
+        layer = nn.TransformerEncoderLayer(WIDTH, 4, 4 * WIDTH, dropout=0.0, batch_first=True, norm_first=True)
+        self.layers = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(WIDTH)
+        self.head = nn.Linear(WIDTH, vocab)
+        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(CONTEXT), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.embed(x) + self.position[: x.shape[1]]
+        return self.head(self.norm(self.layers(h, mask=self.mask, is_causal=True)))
+
+
+def corpus() -> tuple[np.ndarray, np.ndarray, int]:
+    """The training text (all but the last licence) and the evaluation text (GPL-3), as
+    byte ids over the bytes that occur."""
+    train = b"\n".join((LICENSES / name).read_bytes() for name in TEXTS[:-1])
+    held = (LICENSES / TEXTS[-1]).read_bytes()
+    alphabet = sorted(set(train) | set(held))
+    table = np.zeros(256, np.int64)
+    table[alphabet] = np.arange(len(alphabet))
+    return table[np.frombuffer(train, np.uint8)], table[np.frombuffer(held, np.uint8)], len(alphabet)
+
+
+def batch(text: np.ndarray, seed: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch of a step: a function of seed and step only, so a resume sees the same data."""
+    starts = np.random.default_rng([seed, step]).integers(0, len(text) - CONTEXT - 1, BATCH)
+    window = np.stack([text[s : s + CONTEXT + 1] for s in starts])
+    return torch.from_numpy(window[:, :-1]), torch.from_numpy(window[:, 1:])
+
+
+def scheduled_lr(plan: Plan, step: int) -> float:
+    if step < plan.warmup:
+        return plan.peak_lr * (step + 1) / plan.warmup
+    progress = (step - plan.warmup) / max(1, plan.steps - plan.warmup)
+    return plan.peak_lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def train(plan: Plan) -> None:
+    torch.manual_seed(plan.seed)
+    train_text, eval_text, vocab = corpus()
+    if plan.train_chars:
+        train_text = train_text[: plan.train_chars]
+    model = CharLM(vocab)
+    opt = torch.optim.AdamW(model.parameters(), lr=plan.peak_lr, weight_decay=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16, growth_interval=200) if plan.fp16 else None
+    folder = OUT / plan.name
+    shutil.rmtree(folder, ignore_errors=True)
+    writer = SummaryWriter(str(folder))
+    checkpoints: dict[int, dict] = {}
+    schedule_origin, wall, step = 0, 1.7e9, 0
+    while step < plan.steps:
+        if step % 500 == 0:
+            checkpoints[step] = copy.deepcopy({"model": model.state_dict(), "opt": opt.state_dict(),
+                                               "scaler": scaler.state_dict() if scaler else None})
+        lr = scheduled_lr(plan, step - schedule_origin) * plan.lr_factor(step)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        x, y = batch(train_text, plan.seed, step)
+        if plan.corrupt:
+            x, y = plan.corrupt(step, x, y)
+        with torch.autocast("cpu", dtype=torch.float16, enabled=plan.fp16):
+            logits = model(x)
+        loss = F.cross_entropy(logits.float().reshape(-1, vocab), y.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        (scaler.scale(loss) if scaler else loss).backward()
+        if scaler:
+            scaler.unscale_(opt)
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), plan.clip or math.inf)
+        if scaler:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        wall += SECONDS_PER_STEP
+        writer.add_scalar("train/loss", loss.item(), step, walltime=wall)
+        writer.add_scalar("train/grad_norm", grad_norm.item(), step, walltime=wall)
+        writer.add_scalar("train/lr", lr, step, walltime=wall)
+        if scaler:
+            writer.add_scalar("train/loss_scale", scaler.get_scale(), step, walltime=wall)
+        if plan.eval_every and (step + 1) % plan.eval_every == 0:
+            writer.add_scalar("eval/loss", evaluate(model, eval_text, vocab), step, walltime=wall)
+        if step == plan.crash_after:
+            writer.close()  # the process dies; a new one starts a new event file
+            saved = checkpoints[plan.resume_from]
+            model.load_state_dict(saved["model"])
+            opt.load_state_dict(saved["opt"])
+            if scaler:
+                scaler.load_state_dict(saved["scaler"])
+            if plan.schedule_lost:
+                schedule_origin = plan.resume_from
+            step, wall = plan.resume_from, wall + 300
+            plan.crash_after = None
+            writer = SummaryWriter(str(folder))
+            progress(f"{plan.name}: resumed at step {step}")
+            continue
+        if step % 250 == 0:
+            progress(f"{plan.name}: step {step} loss {loss.item():.3f}")
+        step += 1
+    writer.close()
+
+
+@torch.no_grad()
+def evaluate(model: CharLM, text: np.ndarray, vocab: int) -> float:
+    x, y = batch(text, 0, 0)
+    return F.cross_entropy(model(x).reshape(-1, vocab), y.reshape(-1)).item()
+
+
+def garbage(at: set[int]) -> Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """A corrupted batch at the given steps: the inputs reversed and the targets replaced by
+    random byte ids (a reader that lost its framing)."""
+
+    def corrupt(step: int, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if step not in at:
+            return x, y
+        g = torch.Generator().manual_seed(step)
+        return x.flip(1), torch.randint(0, int(y.max()) + 1, y.shape, generator=g)
+
+    return corrupt
+
+
+def window(start: int, end: int, factor: float) -> Callable[[int], float]:
+    return lambda step: factor if start <= step < end else 1.0
+
+
+PLANS = [
+    Plan("charlm_clean_a", "Clean run: AdamW, peak LR 3e-3, 100-step warmup, cosine to 0.1x at 2000.", seed=11),
+    Plan("charlm_clean_b", "Clean run, another seed, with an evaluation every 100 steps.", seed=12, eval_every=100),
+    Plan("charlm_resume_schedule_lost", "The process dies after step 1399; a new one resumes from the step-1000 "
+         "checkpoint with model and optimizer restored but the LR schedule restarted from 0 (warmup again).",
+         seed=13, crash_after=1399, resume_from=1000, schedule_lost=True),
+    Plan("charlm_resume_exact", "The process dies after step 1733; a new one resumes from the step-1500 checkpoint "
+         "with everything restored (a clean resume: steps go back 233).", seed=14, crash_after=1733, resume_from=1500),
+    Plan("charlm_fp16_lr_jump", "fp16 autocast with torch's GradScaler; from step 1200 the LR is 100x (a config "
+         "edit): four overflow skips halve the scale, which then grows back, and the loss settles high.",
+         seed=15, fp16=True, lr_factor=lambda s: 100.0 if s >= 1200 else 1.0),
+    Plan("charlm_fp16_collapse", "fp16 autocast with torch's GradScaler, no gradient clipping; from step 900 the "
+         "LR is 300x: the loss turns NaN and the scale halves every step down to 0.", seed=16, fp16=True, clip=None, lr_factor=lambda s: 300.0 if s >= 900 else 1.0),
+    Plan("charlm_lr_burst_a", "LR x20 for steps 1000-1019.", seed=18, lr_factor=window(1000, 1020, 20.0)),
+    Plan("charlm_lr_burst_b", "LR x15 for steps 1300-1329.", seed=19, lr_factor=window(1300, 1330, 15.0)),
+    Plan("charlm_lr_jump_a", "LR x10 from step 1100 to the end (a schedule edit).", seed=20,
+         lr_factor=lambda s: 10.0 if s >= 1100 else 1.0),
+    Plan("charlm_lr_jump_b", "LR x8 from step 1400 to the end, with evaluations every 100 steps.", seed=21,
+         eval_every=100, lr_factor=lambda s: 8.0 if s >= 1400 else 1.0),
+    Plan("charlm_bad_batch_a", "Corrupted batch at step 1200 (inputs reversed, random targets).", seed=22,
+         corrupt=garbage({1200})),
+    Plan("charlm_bad_batch_b", "Corrupted batches at steps 1500-1502, no gradient clipping.", seed=23, clip=None,
+         corrupt=garbage({1500, 1501, 1502})),
+    Plan("charlm_overfit_a", "Trained on 3,000 characters only, evaluated on GPL-3 every 50 steps.", seed=24,
+         steps=1500, train_chars=3000, eval_every=50),
+    Plan("charlm_overfit_b", "Trained on 6,000 characters only, evaluated on GPL-3 every 50 steps.", seed=25,
+         steps=1500, train_chars=6000, eval_every=50),
+    Plan("charlm_lr_zero", "A scheduler bug sets the LR to 0 from step 0: the model never leaves its initial loss.",
+         seed=26, steps=1500, lr_factor=lambda s: 0.0),
+    Plan("charlm_lr_frozen", "A scheduler bug sets the LR to 1e-9 of its value from step 600.", seed=27,
+         lr_factor=lambda s: 1e-9 if s >= 600 else 1.0),
+    Plan("charlm_lr_units_bug", "No gradient clipping, fp32; from step 800 the LR is 1000x (a units bug): the loss "
+         "jumps to thousands, then settles at 3.2 for good (the model is wrecked).", seed=28, clip=None,
+         lr_factor=lambda s: 1000.0 if s >= 800 else 1.0),
+]
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def main(names: list[str]) -> None:
+    torch.set_num_threads(1)
+    for plan in PLANS:
+        if not names or plan.name in names:
+            train(plan)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
