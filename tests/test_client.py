@@ -14,6 +14,7 @@ import urllib.parse
 
 import pytest
 from losswatch_client import LossAlert, Watcher
+from losswatch_client.transport import Unreachable
 
 from tests.client_server import serving
 from tests.service_helpers import wait_for
@@ -225,3 +226,24 @@ def test_a_forked_child_posts_nothing_and_the_parent_everything(db, spool_dir):
             watcher.log(step, loss=float(step))
         watcher.close()
         assert server.series("forked", "loss") == [[s, float(s)] for s in range(200)]
+
+
+def test_close_keeps_what_the_thread_could_not_send_in_time(db, spool_dir):
+    with serving(db, start=False) as server:
+        watcher = Watcher(server.url, "slow-close", spool_dir=spool_dir, flush_interval=3600, timeout=1)
+        hold = threading.Event()
+
+        def hung(run: str, body: bytes):
+            hold.wait(30)
+            raise Unreachable("timed out")
+
+        watcher._transport.post_points = hung
+        watcher.log(0, loss=1.0)
+        watcher._wake.set()
+        wait_for(lambda: watcher._inflight)
+        for step in range(1, 100):
+            watcher.log(step, loss=1.0)
+        watcher.close(timeout=0.5)
+        hold.set()
+        with open(watcher._spool_path) as spooled:
+            assert [int(line.split('"step": ')[1].split(",")[0]) for line in spooled] == list(range(100))

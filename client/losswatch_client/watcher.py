@@ -177,7 +177,9 @@ class Watcher:
         self._wake.set()
         self._thread.join(self.close_timeout if timeout is None else timeout)
         with self._io:  # the sender's step is over, or it hangs in a request: keep what it held
-            left = self._take_queue() + self._inflight
+            # (if it hangs, its request goes first; a point it was still encoding may follow
+            # later ones in the spool: the service stores it all the same)
+            left = self._inflight + self._encode(self._take_queue())[0]
             self._inflight = []
             if left:
                 self._to_spool(left)
