@@ -37,6 +37,7 @@ CALLS = 200_000  # log() calls timed per case
 SNIPPET_CALLS = 300  # the snippet's calls are ~1000x slower
 STEPS = 1500  # training steps per variant and round
 ROUNDS = 3
+HF_STEPS = 1000  # Trainer steps per variant and round
 
 
 def progress(message: str) -> None:
@@ -162,7 +163,9 @@ def hf_step_times(with_callback: bool, base: str, spool: str, steps: int) -> lis
             output_dir=out, max_steps=steps, per_device_train_batch_size=16, logging_steps=1, save_strategy="no",
             report_to=[], use_cpu=True, disable_tqdm=True, remove_unused_columns=False,
         )
-        Trainer(model=Model(), args=args, train_dataset=[{"x": a, "labels": b} for a, b in zip(x, y)], callbacks=callbacks).train()
+        trainer = Trainer(model=Model(), args=args, train_dataset=[{"x": a, "labels": b} for a, b in zip(x, y)], callbacks=callbacks)
+        with contextlib.redirect_stdout(sys.stderr):  # the Trainer prints every log line
+            trainer.train()
     if with_callback:
         callbacks[-1].watcher.close()
     return clock.times
@@ -193,7 +196,7 @@ def main() -> None:
             hf = {}
             for _ in range(ROUNDS):
                 for flag in (False, True):
-                    times = hf_step_times(flag, server.url, spool, 300)
+                    times = hf_step_times(flag, server.url, spool, HF_STEPS)
                     if times is not None:
                         hf.setdefault(flag, []).append(statistics.median(times))
             server.kill()

@@ -30,6 +30,27 @@ def spool_dir(tmp_path) -> str:
     return str(tmp_path / "spool")
 
 
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """One service for the tests that neither kill it nor need settings of their own."""
+    with serving(f"sqlite:///{tmp_path_factory.mktemp('shared') / 'store.db'}") as server:
+        yield server
+
+
+TOKEN = "t" * 32
+
+
+@pytest.fixture(scope="module")
+def locked(tmp_path_factory):
+    """A service that needs a token: `losswatch token create` made one before it started."""
+    db = f"sqlite:///{tmp_path_factory.mktemp('locked') / 'store.db'}"
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    subprocess.run([sys.executable, "-m", "app.cli", "token", "create", "trainer", "--scope", "write", "--value", TOKEN,
+                    "--db", db], check=True, env=env, capture_output=True)
+    with serving(db) as server:
+        yield server
+
+
 def loss(step: int) -> float:
     return 2.0 * math.exp(-step / 5000) + 0.3 + 0.01 * math.sin(step)
 
@@ -123,22 +144,22 @@ def nan_run(watcher: Watcher, stop_when, until: int = 3000) -> int:
     return until
 
 
-def test_guard_stop_on_a_run_that_turns_nan(db, spool_dir):
-    with serving(db) as server:
-        seen = []
-        watcher = Watcher(server.url, "nan/stop", guard="stop", spool_dir=spool_dir, flush_interval=0.1)
-        watcher.on_alert(seen.append)
-        stopped_at = nan_run(watcher, lambda: watcher.should_stop)
-        watcher.close()
-        assert 400 <= stopped_at < 3000
-        decision = watcher.decision
-        assert decision.alert.kind == "nonfinite" and decision.alert.severity == "critical"
-        assert decision.step == 400 and decision.logged_step <= stopped_at
-        [stored] = [a for a in server.get("/v1/runs/nan%2Fstop/alerts").json() if a["kind"] == "nonfinite"]
-        assert decision.alert_id == stored["id"]
-        assert [c.id for c in seen if c.kind == "nonfinite"] == [stored["id"]]
-        assert watcher.alerts[-1].id == stored["id"]
-        assert decision.describe().startswith(f"stopping training: FIRING critical nonfinite (alert {stored['id']}, step 400): ")
+def test_guard_stop_on_a_run_that_turns_nan(shared, spool_dir):
+    server = shared
+    seen = []
+    watcher = Watcher(server.url, "nan/stop", guard="stop", spool_dir=spool_dir, flush_interval=0.1)
+    watcher.on_alert(seen.append)
+    stopped_at = nan_run(watcher, lambda: watcher.should_stop)
+    watcher.close()
+    assert 400 <= stopped_at < 3000
+    decision = watcher.decision
+    assert decision.alert.kind == "nonfinite" and decision.alert.severity == "critical"
+    assert decision.step == 400 and decision.logged_step <= stopped_at
+    [stored] = [a for a in server.get("/v1/runs/nan%2Fstop/alerts").json() if a["kind"] == "nonfinite"]
+    assert decision.alert_id == stored["id"]
+    assert [c.id for c in seen if c.kind == "nonfinite"] == [stored["id"]]
+    assert watcher.alerts[-1].id == stored["id"]
+    assert decision.describe().startswith(f"stopping training: FIRING critical nonfinite (alert {stored['id']}, step 400): ")
 
 
 def test_guard_raise_with_the_analysis_deferred_to_the_background(db, spool_dir):
@@ -152,8 +173,9 @@ def test_guard_raise_with_the_analysis_deferred_to_the_background(db, spool_dir)
         assert str(raised.value).startswith(f"raising LossAlert: FIRING critical nonfinite (alert {raised.value.decision.alert_id}")
 
 
-def test_guard_warn_only_logs_and_fast_spikes_never_stop(db, spool_dir, caplog):
-    with serving(db) as server, caplog.at_level(logging.WARNING, "losswatch_client"):
+def test_guard_warn_only_logs_and_fast_spikes_never_stop(shared, spool_dir, caplog):
+    with caplog.at_level(logging.WARNING, "losswatch_client"):
+        server = shared
         watcher = Watcher(server.url, "nan/warn", spool_dir=spool_dir, flush_interval=0.1)
         nan_run(watcher, lambda: watcher.decision is not None)
         watcher.close()
@@ -168,26 +190,20 @@ def test_guard_warn_only_logs_and_fast_spikes_never_stop(db, spool_dir, caplog):
     assert Guard("stop").consider(changes_from_response({"alerts": [spike]}), 12).alert_id == "1"
 
 
-def test_a_write_token_from_the_environment(db, spool_dir, monkeypatch):
-    token = "t" * 32
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    subprocess.run([sys.executable, "-m", "app.cli", "token", "create", "trainer", "--scope", "write", "--value", token,
-                    "--db", db], check=True, env=env, capture_output=True)
-    with serving(db) as server:
-        monkeypatch.setenv("LOSSWATCH_URL", server.url)
-        monkeypatch.setenv("LOSSWATCH_RUN", "from-env")
-        monkeypatch.setenv("LOSSWATCH_TOKEN", token)
-        with Watcher(spool_dir=spool_dir) as watcher:
-            watcher.log_dict(0, {"train/loss": 1.5, "learning_rate": float("inf")})
-        assert server.get("/v1/runs/from-env/series", token, tag="train/loss").json()["points"] == [[0, 1.5]]
-        assert server.get("/v1/runs/from-env/series", token, tag="learning_rate").json()["points"] == [[0, "Infinity"]]
+def test_a_write_token_from_the_environment(locked, spool_dir, monkeypatch):
+    server, token = locked, TOKEN
+    monkeypatch.setenv("LOSSWATCH_URL", server.url)
+    monkeypatch.setenv("LOSSWATCH_RUN", "from-env")
+    monkeypatch.setenv("LOSSWATCH_TOKEN", token)
+    with Watcher(spool_dir=spool_dir) as watcher:
+        watcher.log_dict(0, {"train/loss": 1.5, "learning_rate": float("inf")})
+    assert server.get("/v1/runs/from-env/series", token, tag="train/loss").json()["points"] == [[0, 1.5]]
+    assert server.get("/v1/runs/from-env/series", token, tag="learning_rate").json()["points"] == [[0, "Infinity"]]
 
 
-def test_a_wrong_token_keeps_the_points_and_says_why(db, spool_dir, caplog):
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    subprocess.run([sys.executable, "-m", "app.cli", "token", "create", "trainer", "--scope", "write", "--value", "w" * 32,
-                    "--db", db], check=True, env=env, capture_output=True)
-    with serving(db) as server, caplog.at_level(logging.WARNING, "losswatch_client"):
+def test_a_wrong_token_keeps_the_points_and_says_why(locked, spool_dir, caplog):
+    with caplog.at_level(logging.WARNING, "losswatch_client"):
+        server = locked
         watcher = Watcher(server.url, "locked", "x" * 32, spool_dir=spool_dir, close_timeout=3)
         watcher.log(0, loss=1.0)
         assert not watcher.flush(timeout=5)
@@ -211,21 +227,21 @@ def test_only_rank_zero_posts_and_a_missing_url_never_stops_training(monkeypatch
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
-def test_a_forked_child_posts_nothing_and_the_parent_everything(db, spool_dir):
-    with serving(db) as server:
-        watcher = Watcher(server.url, "forked", spool_dir=spool_dir)
-        for step in range(100):
-            watcher.log(step, loss=float(step))
-        child = os.fork()  # a DataLoader worker, with the parent's queue in its copy
-        if child == 0:
-            watcher.log(1000, loss=1.0)
-            watcher.close()
-            os._exit(0)
-        assert os.waitpid(child, 0)[1] == 0
-        for step in range(100, 200):
-            watcher.log(step, loss=float(step))
+def test_a_forked_child_posts_nothing_and_the_parent_everything(shared, spool_dir):
+    server = shared
+    watcher = Watcher(server.url, "forked", spool_dir=spool_dir)
+    for step in range(100):
+        watcher.log(step, loss=float(step))
+    child = os.fork()  # a DataLoader worker, with the parent's queue in its copy
+    if child == 0:
+        watcher.log(1000, loss=1.0)
         watcher.close()
-        assert server.series("forked", "loss") == [[s, float(s)] for s in range(200)]
+        os._exit(0)
+    assert os.waitpid(child, 0)[1] == 0
+    for step in range(100, 200):
+        watcher.log(step, loss=float(step))
+    watcher.close()
+    assert server.series("forked", "loss") == [[s, float(s)] for s in range(200)]
 
 
 def test_close_keeps_what_the_thread_could_not_send_in_time(db, spool_dir):
@@ -240,7 +256,7 @@ def test_close_keeps_what_the_thread_could_not_send_in_time(db, spool_dir):
         watcher._transport.post_points = hung
         watcher.log(0, loss=1.0)
         watcher._wake.set()
-        wait_for(lambda: watcher._inflight)
+        wait_for(lambda: watcher._taken)
         for step in range(1, 100):
             watcher.log(step, loss=1.0)
         watcher.close(timeout=0.5)

@@ -13,6 +13,7 @@ import atexit
 import collections
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -41,6 +42,7 @@ AlertCallback = Callable[[AlertChange], None]
 
 MAX_BACKOFF = 30.0  # seconds between tries while the service is unreachable, at most
 SYNC_DELAY = 2.0  # after a deferred analysis, read the run's alerts this long after (the service analyses within ~1-2 s)
+MAX_TAKE = 50_000  # points one step of the thread takes from the queue
 MAX_BATCH_BYTES = 900_000  # under the service's 1 MiB "heavy request" size: a batch never waits for a slot
 
 _live: "weakref.WeakSet[Watcher]" = weakref.WeakSet()
@@ -177,12 +179,13 @@ class Watcher:
         self._wake.set()
         self._thread.join(self.close_timeout if timeout is None else timeout)
         with self._io:  # the sender's step is over, or it hangs in a request: keep what it held
-            # (if it hangs, its request goes first; a point it was still encoding may follow
-            # later ones in the spool: the service stores it all the same)
-            left = self._inflight + self._encode(self._take_queue())[0]
-            self._inflight = []
+            # (the points its step took go first; any it had sent already are sent again, and
+            # stored once; a replay from the spool leaves the spool as it was)
+            left = self._encode(self._taken)[0] + self._encode(self._take_queue())[0]
+            self._taken = []
             if left:
                 self._to_spool(left)
+            self._closed = True
             if self._spool is not None:
                 if self._spool.pending:
                     log.warning(
@@ -210,12 +213,14 @@ class Watcher:
     def _start(self) -> None:
         self._wake = threading.Event()
         self._io = threading.Lock()  # the spool and the points in flight
-        self._inflight: List[bytes] = []
         self._flush_requests: List[threading.Event] = []
         self._requests_lock = threading.Lock()
         self._closing = False
         self._backoff, self._retry_at, self._sync_at = 0.0, 0.0, None
         self._cuts = ResumeCuts()
+        self._taken: List[Point] = []
+        self._closed = False
+        self._tag_json: Dict[str, str] = {}
         self._pid = os.getpid()
         self._active = True
         self._thread = threading.Thread(target=self._run, name=f"losswatch {self.run}", daemon=True)
@@ -239,7 +244,8 @@ class Watcher:
                 return
 
     def _step(self, force: bool) -> None:
-        lines, cuts = self._encode(self._take_queue())
+        self._taken = self._take_queue()  # until sent or spooled: close() keeps them if this step hangs
+        lines, cuts = self._encode(self._taken)
         now = time.monotonic()
         with self._io:
             if lines and (self._spool_pending() or now < self._retry_at):
@@ -255,13 +261,17 @@ class Watcher:
                     with self._io:
                         self._to_spool(lines[start:])
                     break
+        self._taken = []
         if self._sync_at is not None and time.monotonic() >= self._sync_at:
             self._sync_alerts()
 
     def _take_queue(self) -> List[Point]:
+        """Up to MAX_TAKE points: a step stays short, so close() rarely waits on one."""
         queue, taken = self._queue, []
-        for _ in range(len(queue)):
+        for _ in range(min(len(queue), MAX_TAKE)):
             taken.append(queue.popleft())
+        if queue:
+            self._wake.set()
         return taken
 
     def _encode(self, points: List[Point]) -> Tuple[List[bytes], List[int]]:
@@ -272,14 +282,17 @@ class Watcher:
         for step, values, wall_time in points:
             for tag, value in values.items():
                 try:
-                    record = {"step": int(step), "tag": str(tag), "value": float(value), "wall_time": wall_time}
+                    number, step = _json_number(float(value)), int(step)
                 except (TypeError, ValueError, OverflowError) as e:
                     self.dropped += 1
                     self._complaints.say(f"value:{tag}", f"{tag!r} at step {step} is not a number ({e}): not sent")
                     continue
-                if self._cuts.rewinds(record["tag"], record["step"]):
+                name = self._tag_json.get(tag)
+                if name is None:
+                    name = self._tag_json[tag] = json.dumps(str(tag))
+                if self._cuts.rewinds(tag, step):
                     cuts.append(len(lines))
-                lines.append((json.dumps(record, allow_nan=True) + "\n").encode())
+                lines.append(f'{{"step": {step}, "tag": {name}, "value": {number}, "wall_time": {wall_time!r}}}\n'.encode())
         return lines, cuts
 
     def _spool_pending(self) -> bool:
@@ -305,13 +318,10 @@ class Watcher:
         if sum(map(len, lines)) > MAX_BATCH_BYTES and len(lines) > 1:
             half = len(lines) // 2
             return self._send(lines[:half]) and self._send(lines[half:])
-        self._inflight = lines
         try:
             answer = self._transport.post_points(self.run, b"".join(lines))
         except Unreachable as e:
             return self._failed(f"cannot reach {self.url}: {e}", None)
-        finally:
-            self._inflight = []
         if answer.status == 413 and len(lines) > 1:
             half = len(lines) // 2
             return self._send(lines[:half]) and self._send(lines[half:])
@@ -373,6 +383,8 @@ class Watcher:
     def _to_spool(self, lines: List[bytes]) -> None:
         """Keep lines on disk (caller holds `_io`); a full or broken spool drops them, loudly."""
         if self._spool is None:
+            if self._closed:
+                return  # close() kept them already (a step that outlived close_timeout)
             self.dropped += len(lines)
             self._complaints.say("nospool", f"no spool file: {len(lines)} points could not be kept", logging.ERROR)
             return
@@ -411,6 +423,15 @@ class Watcher:
             self._spool.detach()
             self._spool = None
         _live.discard(self)
+
+
+def _json_number(value: float) -> str:
+    """A float as the service reads it: shortest round-trip digits, NaN and Infinity by name."""
+    if value != value:
+        return "NaN"
+    if value in (math.inf, -math.inf):
+        return "Infinity" if value > 0 else "-Infinity"
+    return repr(value)
 
 
 def _close_all() -> None:
