@@ -77,6 +77,7 @@ def test_hugging_face_trainer_is_stopped_by_the_guard(server, tmp_path):
     decision = watcher.decision
     assert decision is not None, "the guard never acted"
     assert decision.alert.kind in ("nonfinite", "loss_spike", "divergence")
+    print(f"HF: burst at {BURST_AT}, {decision.describe()}; stopped at {callback.stopped_at}")
     assert BURST_AT <= decision.step <= callback.stopped_at <= decision.step + WITHIN
     assert trainer.state.global_step == callback.stopped_at < MAX_STEPS  # stopped, not finished
     assert (tmp_path / "out" / f"checkpoint-{callback.stopped_at}").is_dir()  # and saved first
@@ -123,6 +124,7 @@ def test_lightning_trainer_is_stopped_by_the_guard(server, tmp_path):
 
     decision = watcher.decision
     assert decision is not None, "the guard never acted"
+    print(f"Lightning: burst at {BURST_AT}, {decision.describe()}; stopped at {guard.stopped_at}")
     assert BURST_AT <= decision.step <= guard.stopped_at <= decision.step + WITHIN
     assert trainer.global_step < MAX_STEPS
     assert decision.alert_id in {a["id"] for a in alerts_of(server, "lightning%2Fburst")}
