@@ -17,6 +17,7 @@ import math
 import os
 import threading
 import time
+import urllib.parse
 import weakref
 from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -193,7 +194,7 @@ class Watcher:
                         "by the next watcher of this run, or post them: curl --data-binary @%s -H 'Content-Type: "
                         "application/x-ndjson' %s/v1/runs/%s/points",
                         self._spool.size, self.run, self.url, self._spool.path, self._spool.path, self.url.rstrip("/"),
-                        self.run,
+                        urllib.parse.quote(self.run, safe=""),
                     )
                 self._spool.close()
                 self._spool = None
