@@ -263,3 +263,33 @@ def test_close_keeps_what_the_thread_could_not_send_in_time(db, spool_dir):
         hold.set()
         with open(watcher._spool_path) as spooled:
             assert [int(line.split('"step": ')[1].split(",")[0]) for line in spooled] == list(range(100))
+
+
+def test_the_client_runs_on_python_3_9(tmp_path):
+    """The client promises Python 3.9 (training images lag behind): import it and spool there."""
+    python = _python_3_9()
+    if python is None:
+        pytest.skip("no Python 3.9 here (python3.9 on PATH, pyenv): the client's 3.9 support is not checked")
+    script = (
+        "import os, sys\n"
+        "from losswatch_client import Watcher\n"
+        "w = Watcher('http://127.0.0.1:9', 'py39', spool_dir=sys.argv[1], timeout=0.5, close_timeout=2)\n"
+        "for s in range(100): w.log(s, loss=float(s), grad_norm=float('nan'))\n"
+        "w.close()\n"
+        "print(sum(1 for _ in open(os.path.join(sys.argv[1], os.listdir(sys.argv[1])[0]))))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.path.join(os.getcwd(), "client")}
+    done = subprocess.run([python, "-c", script, str(tmp_path)], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "200"
+
+
+def _python_3_9() -> str | None:
+    import glob
+    import shutil
+
+    found = [shutil.which("python3.9"), *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.9*/bin/python3.9")))]
+    for python in filter(None, found):
+        if subprocess.run([python, "-c", "import sys; assert sys.version_info[:2] == (3, 9)"], capture_output=True).returncode == 0:
+            return python
+    return None
