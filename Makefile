@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test install install-test bench clean
+.PHONY: demo test test-integrations install install-test bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -13,7 +13,7 @@ install: $(BIN)/python
 	$(BIN)/pip install --quiet -e .
 
 install-test: $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test]' -e ./client
 
 demo: install
 	$(BIN)/losswatch analyze sample_runs --fail-on never
@@ -21,6 +21,15 @@ demo: install
 test: install-test
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -m 'not slow'
+
+# Real trainers posting to a real service: torch at its exact pin (the CPU wheel on this
+# machine's disk; a looser requirement would pull a multi-GB CUDA build), then transformers
+# (with accelerate, which its Trainer needs) and lightning at versions known to work with it.
+INTEGRATION_DEPS := torch==2.13.0 transformers==5.24.0 accelerate==1.15.0 lightning==2.6.6
+
+test-integrations: install-test
+	$(BIN)/pip install --quiet $(INTEGRATION_DEPS) || echo "the trainers could not be installed: the integration tests will skip" >&2
+	LOSSWATCH_INTEGRATIONS=1 $(BIN)/python -m pytest -q tests/integrations
 
 bench: install-test
 	$(BIN)/python bench/ingest.py
@@ -33,6 +42,7 @@ bench: install-test
 	$(BIN)/python bench/chaos.py
 	$(BIN)/python bench/liveness.py
 	$(BIN)/python bench/remote.py
+	$(BIN)/python bench/client.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info app/ingest/_tfrecord.c app/ingest/*.so

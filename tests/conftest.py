@@ -9,6 +9,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE_RUNS = REPO.parent / "shared" / "reference-runs"
 FIXTURES = REPO / "tests" / "fixtures"
+# Real trainers (torch, transformers, lightning) run only in `make test-integrations`, which
+# installs them: `make test` stays free of torch.
+collect_ignore = [] if os.environ.get("LOSSWATCH_INTEGRATIONS") else ["integrations"]
 
 
 @pytest.fixture

@@ -92,3 +92,28 @@ def test_every_metric_is_documented(tmp_path):
     assert "losswatch_run_last_step" in families
     for name in families - {f for f in families if f.endswith("_created")}:  # a counter's start time, not ours
         assert f"`{name}" in README, name
+def test_the_training_loop_client_is_documented():
+    import inspect
+
+    from losswatch_client import DEFAULT_GUARD_ON, Watcher, settings
+    from losswatch_client.alerts import GUARD_POLICIES
+
+    section = README[README.index("## From your training loop") : README.index("## The HTTP API")]
+    rows = dict(re.findall(r"^\| `(\w+)` \| (.*?) \|", section, re.M))
+    for name, param in inspect.signature(Watcher).parameters.items():
+        assert name in rows, f"Watcher({name}=...) is not in the README's table"
+        default = param.default
+        if isinstance(default, str):
+            assert f'`"{default}"`' in rows[name], name
+        elif isinstance(default, (int, float)) and not isinstance(default, bool):
+            assert f"`{default}`" in rows[name], name
+        elif isinstance(default, tuple):
+            assert f"`{default!r}`".replace("'", '"') in rows[name], name
+    assert str(tuple(DEFAULT_GUARD_ON)).replace("'", '"') in rows["guard_on"]
+    for var in (settings.URL_VAR, settings.TOKEN_VAR, settings.RUN_VAR, settings.SPOOL_VAR, *settings.RANK_VARS):
+        assert f"`{var}`" in section or f"{var}=" in section, var
+    for policy in GUARD_POLICIES:
+        assert f'`guard="{policy}"`' in section, policy
+    for name in ("LosswatchCallback(", "LosswatchLogger(", "LosswatchGuard(", "`LossAlert`", "on_alert(", "w.alerts",
+                 "should_stop", "w.decision", "losswatch scan", "bench/client.py"):
+        assert name in section, name
