@@ -39,6 +39,7 @@ from analyzers.findings import Finding, Kind, SpikeClass
 from analyzers.roles import Role
 from analyzers.series import Resume, RunSeries, Series, prepare_run
 from app import analysis
+from app.axis import wants_log
 from app.downsample import minmax_indices
 from app.ingest.logdir import Run
 
@@ -46,8 +47,6 @@ IMAGE_FORMATS = {".png": "png", ".svg": "svg"}
 MAX_POINTS = 4000  # about 3 points per pixel of a 12-inch-wide panel at 100 dpi
 WIDTH_INCHES, PANEL_INCHES, DPI = 12, 3, 100
 LOWER_PANELS = (Role.GRAD_NORM, Role.LEARNING_RATE, Role.LOSS_SCALE)
-LOG_RANGE = 100.0  # positive values spanning more than 2 orders of magnitude get a log axis ...
-LOG_PEAK = 20.0  # ... and so do those peaking 20x over their median (a linear axis would flatten the rest)
 BAND_SIGMAS = 3.0
 MIN_SPAN = 0.005  # share of the axis a shading covers at least, so a 2-step spike still shows
 LABEL_ROWS = 6  # rows of labels at the top of a panel; a burst of more keeps shading and ids only
@@ -190,19 +189,9 @@ def _draw_series(panel: _Panel, role: str) -> None:
             label="NaN / Inf", gid=f"nonfinite-{series.tag}",
         )
     ax.set_ylabel(series.tag)
-    if _wants_log(series.fvalue):
+    if wants_log(series.fvalue):
         ax.set_yscale("log")
     ax.grid(True, alpha=0.3, lw=0.5)
-
-
-def _wants_log(values: np.ndarray) -> bool:
-    """Positive values over more than two orders of magnitude (a collapsing loss scale), or
-    a few peaks far over the rest (a 45x loss spike): on a linear axis everything but the
-    largest values would sit flat on the floor."""
-    if len(values) == 0 or values.min() <= 0:
-        return False
-    top = values.max()
-    return top / values.min() > LOG_RANGE or top / np.median(values) > LOG_PEAK
 
 
 def _draw_baseline(ax: Axes, series: Series, config: BaselineConfig) -> None:

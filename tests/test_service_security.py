@@ -154,7 +154,7 @@ def test_sign_out_clears_the_cookie(tmp_path):
         assert c.post("/logout", headers={"Origin": "https://evil.example"}).status_code == 403
         assert c.get("/v1/runs").status_code == 200  # still signed in
         out = c.post("/logout", headers={"Origin": "https://lw.example"}, follow_redirects=False)
-        assert out.status_code == 303 and out.headers["location"].endswith("/login")
+        assert out.status_code == 303 and out.headers["location"].endswith("/login?next=%2Fdocs")
         assert 'losswatch_token=""' in out.headers["set-cookie"] and "max-age=0" in out.headers["set-cookie"].lower()
         assert c.get("/v1/runs").status_code == 401
         assert "Sign out" not in c.get("/login").text
@@ -168,7 +168,7 @@ def test_which_routes_are_public_when_tokens_are_required(tmp_path):
         c.cookies.clear()
         for path in ("/openapi.json", "/docs", "/v1/runs", "/"):
             assert c.get(path).status_code == 401, path
-        assert c.get("/docs", headers={"Accept": "text/html"}, follow_redirects=False).headers["location"].endswith("/login")
+        assert c.get("/docs", headers={"Accept": "text/html"}, follow_redirects=False).headers["location"].endswith("/login?next=%2Fdocs")
         assert c.get("/openapi.json", headers={"Authorization": f"Bearer {token}"}).json()["info"]["title"] == "losswatch"
         for path in ("/healthz", "/metrics", "/login", "/static/losswatch.js", "/static/vendor/uPlot.iife.min.js"):
             assert c.get(path).status_code == 200, path

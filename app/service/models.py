@@ -122,9 +122,10 @@ class SeriesResponse(BaseModel):
     total: int = Field(description="points in the current view between start and end")
     points: list[tuple[int, float | str]] = Field(description='[step, value]; non-finite values as "NaN", "Infinity", "-Infinity"')
     downsampled: bool
+    log_axis: bool = Field(False, description="whether these points want a log y-axis (`app.axis.wants_log`, the rule `losswatch plot` uses)")
     model_config = ConfigDict(json_schema_extra={"example": {
         "run": "gpt-small", "tag": "train/loss", "total": 3000, "points": [[0, 2.29], [1500, 38.49], [2999, "NaN"]],
-        "downsampled": True,
+        "downsampled": True, "log_axis": True,
     }})
 
 

@@ -205,3 +205,15 @@ def open_counts(conn: Connection) -> dict[int, dict[str, int]]:
     for run_id, severity, n in conn.execute(query):
         out.setdefault(run_id, {})[severity] = n
     return out
+
+
+def incident_counts(conn: Connection) -> dict[int, int]:
+    """Run id -> resolved warning or critical alerts: incidents a run had and got over, which
+    its open counts no longer show (the runs page says "had incidents")."""
+    query = (
+        sa.select(alerts.c.run_id, sa.func.count())
+        .where(alerts.c.state == State.RESOLVED.value, alerts.c.severity.in_(("warning", "critical")),
+               alerts.c.inhibited_by.is_(None))
+        .group_by(alerts.c.run_id)
+    )
+    return {run_id: n for run_id, n in conn.execute(query)}

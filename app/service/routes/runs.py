@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 from fastapi import APIRouter, Depends, Query, Request
 
 from analyzers.roles import infer_role
 from analyzers.series import resume_steps
+from app.axis import wants_log
 from app.downsample import MinMaxSketch
 from app.ingest.points import json_number
 from app.ingest.textlogs import MAX_NAME, MAX_STEP
@@ -71,6 +73,7 @@ def series(
     return SeriesResponse(
         run=run, tag=tag, total=sketch.count, downsampled=len(step) < sketch.count,
         points=[(int(s), json_number(float(v))) for s, v in zip(step, value)],
+        log_axis=wants_log(np.asarray(value, dtype=float)[np.isfinite(value)]),
     )
 
 
