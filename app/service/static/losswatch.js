@@ -167,6 +167,12 @@
     });
   }
 
+  function shownRange(u, chart) {
+    // The steps shown and the last step drawn, for tests and screenshots to read.
+    chart.el.dataset.x = Math.round(u.scales.x.min) + ".." + Math.round(u.scales.x.max);
+    chart.el.dataset.last = u.data[0].length ? String(u.data[0][u.data[0].length - 1]) : "";
+  }
+
   function hoverMarks(u, chart) {
     // What the cursor is over: every alert there, including those too crowded to label.
     const idx = u.cursor.idx, out = chart.box.querySelector(".mark-hover");
@@ -194,7 +200,7 @@
       axes: [{ ...axis }, { ...axis, size: 70, values: (u, values) => kit.ticks(values) }],
       hooks: {
         drawClear: [(u) => drawBands(u, chart)],
-        draw: [(u) => placeLabels(u, chart)],
+        draw: [(u) => { placeLabels(u, chart); shownRange(u, chart); }],
         setCursor: [(u) => hoverMarks(u, chart)],
         setSelect: [(u) => {
           if (u.select.width < 5) return;
