@@ -66,3 +66,17 @@ def test_every_http_route_is_documented():
             path = re.sub(r"\{(\w+?)(:path)?\}", lambda m: "{run}" if m.group(1) == "run" else "{id}", route.path)
             for method in route.methods - {"HEAD"}:
                 assert f"{method} {path}" in README, (method, path)
+
+
+def test_every_web_ui_page_is_documented():
+    from fastapi.routing import APIRoute
+
+    from app.service.app import create_app
+    from app.service.settings import Settings
+
+    section = README[README.index("## The web UI"):README.index("## The HTTP API")]
+    for route in create_app(Settings(db_url="sqlite://")).routes:
+        if isinstance(route, APIRoute) and not route.include_in_schema and route.path not in ("/docs", "/openapi.json"):
+            path = re.sub(r"\{\w+\}", "{id}", route.path)
+            for method in route.methods - {"HEAD"}:
+                assert f"{method} {path}" in section, (method, path)
