@@ -258,3 +258,21 @@ def test_sign_in_returns_to_the_deep_link(tmp_path, browser):  # noqa: F811
         page.wait_for_load_state()
         assert page.url == base + "/"
         assert [e for e in errors if "401" not in e] == []
+
+
+def test_an_alert_is_acknowledged_and_silenced_from_its_page(samples_server, browser):  # noqa: F811
+    [alert] = [a for a in httpx.get(samples_server + "/v1/alerts").json() if a["run"] == "lr_burst" and a["kind"] == "loss_spike"]
+    errors = []
+    page = opened(browser, f"{samples_server}/alert/{alert['id']}", errors)
+    page.click("#alert-actions .acknowledge")
+    page.wait_for_selector("#alert-actions .acknowledge[disabled]")
+    page.click("#alert-actions .silence")
+    page.wait_for_selector("#alert-actions[data-silenced=true]")
+    assert page.inner_text("#alert-actions .action-status") == "acknowledged, silenced: no webhooks"
+    assert page.inner_text("#alert-actions .silence") == "Unsilence"
+    stored = httpx.get(samples_server + "/v1/runs/lr_burst/alerts").json()
+    assert [(a["acknowledged"], a["silenced"]) for a in stored if a["id"] == alert["id"]] == [(True, True)]
+    page.reload()
+    page.wait_for_selector(READY)
+    assert page.inner_text("#alert-actions .action-status") == "acknowledged, silenced: no webhooks"
+    assert errors == []

@@ -98,7 +98,7 @@ def build_router() -> APIRouter:
             summaries = [(t, *_only_point(conn, run.id, t)) for t in summary_tags]
         context = {
             "run": {"name": run.name, "source": run.source, "points": run.points, "last_step": run.last_step,
-                    "open_alerts": counts, "analysis_error": run.analysis_error},
+                    "open_alerts": counts, "analysis_error": run.analysis_error, "health": run.health},
             "runs": [{"name": run.name, "source": run.source}],
             "groups": groups,
             "summaries": summaries,
