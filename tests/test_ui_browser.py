@@ -276,3 +276,15 @@ def test_an_alert_is_acknowledged_and_silenced_from_its_page(samples_server, bro
     page.wait_for_selector(READY)
     assert page.inner_text("#alert-actions .action-status") == "acknowledged, silenced: no webhooks"
     assert errors == []
+
+
+def test_the_runs_page_draws_each_loss_as_a_sparkline_with_its_alerts(samples_server, browser):  # noqa: F811
+    errors = []
+    page = watched_page(browser, errors)
+    page.goto(samples_server + "/")
+    page.wait_for_selector("td.spark[data-run=fp16_overflow][data-drawn=true] canvas", timeout=20_000)
+    page.wait_for_selector("td.spark[data-run=clean][data-drawn=true] canvas", timeout=20_000)
+    assert int(page.get_attribute("td.spark[data-run=fp16_overflow]", "data-marked")) >= 2  # its divergent spike and NaN
+    assert page.get_attribute("td.spark[data-run=clean]", "data-marked") == "0"
+    assert "loss_spike at 1897" in page.get_attribute("td.spark[data-run=fp16_overflow]", "title")
+    assert errors == []
