@@ -288,3 +288,18 @@ def test_the_runs_page_draws_each_loss_as_a_sparkline_with_its_alerts(samples_se
     assert page.get_attribute("td.spark[data-run=clean]", "data-marked") == "0"
     assert "loss_spike at 1897" in page.get_attribute("td.spark[data-run=fp16_overflow]", "title")
     assert errors == []
+
+
+def test_a_chart_downloads_as_csv_and_png(samples_server, browser):  # noqa: F811
+    errors = []
+    page = opened(browser, samples_server + "/run?name=bad_batch&from=1400&to=1600", errors)
+    box = page.locator(".chart-box:has(.chart[data-tag='train/loss'])")
+    with page.expect_download() as csv_download:
+        box.locator("button:has-text('CSV')").click()
+    assert csv_download.value.suggested_filename == "bad_batch_train_loss.csv"
+    lines = open(csv_download.value.path()).read().splitlines()
+    assert lines[0] == "step,train/loss" and lines[1].startswith("1400,") and lines[-1].startswith("1600,")
+    with page.expect_download() as png_download:
+        box.locator("button:has-text('PNG')").click()
+    assert open(png_download.value.path(), "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    assert errors == []
