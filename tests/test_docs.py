@@ -80,3 +80,9 @@ def test_every_web_ui_page_is_documented():
             path = re.sub(r"\{\w+\}", "{id}", route.path)
             for method in route.methods - {"HEAD"}:
                 assert f"{method} {path}" in section, (method, path)
+
+
+def test_the_readme_states_the_python_version_pyproject_requires():
+    required = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"]
+    version = re.fullmatch(r">=(\d+\.\d+)", required).group(1)
+    assert f"Python {version}+" in README
