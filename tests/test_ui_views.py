@@ -28,6 +28,19 @@ def test_search_by_substring_or_regex_and_a_bad_regex_says_where():
     assert (e.value.status, e.value.message) == (422, "the search 'seed[' is not a regular expression: unterminated character set at position 4")
 
 
+@pytest.mark.parametrize("query, risk", [
+    ("(a+)+$", "a repetition inside a repetition"),
+    ("(ab|a)*c", "alternatives inside a repetition"),
+    (r"(a)\1", "a back-reference"),
+    ("a*b*c*d*e", "more than 3 unbounded repetitions"),
+])
+def test_a_regex_that_could_backtrack_without_end_is_refused_saying_why(query, risk):
+    with pytest.raises(ApiError) as e:
+        views.matcher(query, True)
+    assert e.value.message == f"the search {query!r} has {risk}, which can backtrack for minutes: simplify it"
+    assert views.matcher(r"lr_(1e-3|3e-4)$", True)("exp/lr_3e-4") and views.matcher("a{2,5}b", True)("xaab")
+
+
 def test_pages_of_runs():
     rows = list(range(250))
     assert views.page_of(rows, 1) == (rows[:100], 3)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from re import _constants, _parser  # the stdlib parser: to refuse patterns that backtrack without end
 from typing import Any
 
 from analyzers.roles import Role, infer_role
@@ -100,15 +101,54 @@ def natural_key(name: str) -> list:
 
 def matcher(query: str, regex: bool):
     """A test for run names: a case-insensitive substring, or a regular expression (a bad
-    one is a 422 saying where it breaks)."""
+    one is a 422 saying where it breaks; one that could backtrack for minutes over a name is
+    refused, saying why: the server must not hang on a search)."""
     if not regex:
         needle = query.lower()
         return lambda name: needle in name.lower()
     try:
         pattern = re.compile(query, re.IGNORECASE)
+        risk = _backtracking_risk(_parser.parse(query), in_repeat=False, unbounded=[0])
     except re.error as e:
         raise ApiError(422, "invalid_request", f"the search {query!r} is not a regular expression: {e.msg} at position {e.pos}") from e
+    if risk is not None:
+        raise ApiError(422, "invalid_request", f"the search {query!r} has {risk}, which can backtrack for minutes: simplify it")
     return lambda name: pattern.search(name) is not None
+
+
+_REPEATS = {_constants.MAX_REPEAT, _constants.MIN_REPEAT, _constants.POSSESSIVE_REPEAT}
+MAX_UNBOUNDED = 3  # unbounded repetitions in a search (a*b*c*d*e on a long name is polynomial, but slow)
+
+
+def _backtracking_risk(items, in_repeat: bool, unbounded: list[int]) -> str | None:
+    """What in a parsed pattern can make the backtracking `re` engine take exponential time:
+    a repetition or alternatives inside a repetition, a back-reference, too many unbounded
+    repetitions; None when there is none."""
+    for op, arg in items:
+        if op in _REPEATS:
+            low, high, sub = arg
+            if in_repeat:
+                return "a repetition inside a repetition"
+            if high == _constants.MAXREPEAT:
+                unbounded[0] += 1
+                if unbounded[0] > MAX_UNBOUNDED:
+                    return f"more than {MAX_UNBOUNDED} unbounded repetitions"
+            found = _backtracking_risk(sub, True, unbounded)
+        elif op is _constants.BRANCH:
+            if in_repeat:
+                return "alternatives inside a repetition"
+            found = next((r for b in arg[1] if (r := _backtracking_risk(b, in_repeat, unbounded))), None)
+        elif op is _constants.SUBPATTERN:
+            found = _backtracking_risk(arg[3], in_repeat, unbounded)
+        elif op in (_constants.ASSERT, _constants.ASSERT_NOT):
+            found = _backtracking_risk(arg[1], in_repeat, unbounded)
+        elif op in (_constants.GROUPREF, _constants.GROUPREF_EXISTS):
+            found = "a back-reference"
+        else:
+            found = None
+        if found is not None:
+            return found
+    return None
 
 
 def page_of(rows: list, page: int) -> tuple[list, int]:
