@@ -130,3 +130,13 @@ def test_a_hugging_face_run_folds_its_summaries_and_draws_eval_loss_with_the_los
     assert re.search(r"<td>train_samples_per_second</td><td>[\d.]+</td><td>3000</td>", page)
     assert "data-tag=\"loss\" data-role=\"loss\" data-extra='[\"eval_loss\"]'" in page
     assert json.loads(re.search(r"data-runs='([^']+)'", page).group(1)) == [{"name": "hf", "source": "http"}]
+
+
+def test_compare_takes_2_to_12_runs(client):
+    for name in ["a", "b"]:
+        post(client, name, [1.0] * 20)
+    assert client.get("/compare", params={"runs": "a,b"}).status_code == 200
+    assert client.get("/compare", params=[("run", "a"), ("run", "b")]).status_code == 200  # as the runs page's form sends
+    one = client.get("/compare", params={"runs": "a"}, headers={"Accept": "text/html"})
+    assert one.status_code == 422 and "compare takes 2 to 12 runs (?runs=a,b), not 1" in one.text
+    assert client.get("/compare", params={"runs": "a,nope"}).json() == {"error": {"code": "not_found", "message": "no run 'nope'"}}

@@ -110,8 +110,8 @@ def build_router() -> APIRouter:
     def compare_page(request: Request, runs: str = Query("", max_length=10_000), run: list[str] = Query([])) -> Response:
         names = [n for n in [*runs.split(","), *run] if n]
         names = list(dict.fromkeys(names))
-        if len(names) < 2:
-            raise ApiError(422, "invalid_request", "compare needs two or more runs: ?runs=a,b")
+        if not 2 <= len(names) <= views.MAX_COMPARED:
+            raise ApiError(422, "invalid_request", f"compare takes 2 to {views.MAX_COMPARED} runs (?runs=a,b), not {len(names)}")
         with store_of(request).read() as conn:
             found = [one_run(conn, n, None) for n in names]
             tags = {r.name: [t for t, points, *_ in stored_runs.tag_summary(conn, r.id) if points > 1] for r in found}

@@ -14,6 +14,7 @@ from analyzers.roles import Role, infer_role
 from app.service.errors import ApiError
 
 ORDER = [Role.LOSS, Role.EVAL_LOSS, Role.GRAD_NORM, Role.LEARNING_RATE, Role.LOSS_SCALE, Role.OTHER]
+MAX_COMPARED = 12  # runs overlaid on one chart: more is a tangle, and a request each per chart
 PAGE_SIZE = 100  # runs per page: 10k runs are 100 pages, not a 300,000-pixel table
 COMPANION = {"restart": Role.LEARNING_RATE, "loss_scale_collapse": Role.LOSS_SCALE}  # the tag that is the alert's point
 MIN_PAD = 20  # steps of context each side of a one-step incident
