@@ -140,3 +140,19 @@ def test_compare_takes_2_to_12_runs(client):
     one = client.get("/compare", params={"runs": "a"}, headers={"Accept": "text/html"})
     assert one.status_code == 422 and "compare takes 2 to 12 runs (?runs=a,b), not 1" in one.text
     assert client.get("/compare", params={"runs": "a,nope"}).json() == {"error": {"code": "not_found", "message": "no run 'nope'"}}
+
+
+@pytest.mark.parametrize("target, safe", [
+    ("/run?name=a%20b&from=5", "/run?name=a%20b&from=5"),
+    ("/", "/"),
+    ("//evil.example/", None),
+    ("/\\evil.example", None),
+    ("https://evil.example/", None),
+    ("javascript:alert(1)", None),
+    ("/login?next=/", None),  # never back to the login form
+    ("", None),
+])
+def test_sign_in_returns_only_to_paths_on_this_service(target, safe):
+    from app.service.ui import safe_next
+
+    assert safe_next(target) == safe
