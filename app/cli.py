@@ -22,6 +22,7 @@ from analyzers.findings import Severity
 from app import analysis
 from app import scan as scanner
 from app.alerts.webhooks import longest_send
+from app.cli_help import HelpfulGroup
 from app.export import FORMATS, runs_frame, write_frame
 from app.ingest.problems import IngestError, Problem
 from app.ingest.sources import PathRead, read_path
@@ -61,7 +62,7 @@ EXIT_INPUT_ERROR = 2
 FAIL_ON = ("info", "warning", "critical", "never")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=HelpfulGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="losswatch")
 def main() -> None:
     """Watch training runs' loss curves and say when something goes wrong."""
