@@ -3,6 +3,7 @@ charts read the same JSON API as any client, drawn with the bundled uPlot (no CD
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from urllib.parse import parse_qs
@@ -28,9 +29,11 @@ HERE = Path(__file__).parent
 STATIC = HERE / "static"
 
 
+@functools.cache
 def _templates() -> Jinja2Templates:
     """The pages' templates (autoescaped: every name is text), which know whether the browser
-    is signed in, to offer a sign-out button."""
+    is signed in, to offer a sign-out button; built once, on first use (error pages need
+    them too)."""
     templates = Jinja2Templates(directory=HERE / "templates")
     templates.env.globals["signed_in"] = lambda request: COOKIE in request.cookies
     templates.env.filters["human"] = views.human
