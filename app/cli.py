@@ -23,6 +23,7 @@ from app import analysis
 from app import scan as scanner
 from app.alerts import receivers, silences
 from app.alerts.webhooks import DeliveryConfig, longest_send
+from app.cli_help import HelpfulGroup
 from app.export import FORMATS, runs_frame, write_frame
 from app.ingest.discover import LOOKED_FOR
 from app.ingest.problems import IngestError, Problem
@@ -82,7 +83,7 @@ EXIT_INPUT_ERROR = 2
 FAIL_ON = ("info", "warning", "critical", "never")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=HelpfulGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="losswatch")
 def main() -> None:
     """Watch training runs' loss curves and say when something goes wrong."""
@@ -324,8 +325,23 @@ def serve(
     )
     if insecure:
         click.echo("losswatch: --insecure: no request needs a token", err=True)
+    _check_port(host, port)
     uvicorn.run(create_app(settings), host=host, port=port, log_config=log_config(), access_log=False,
                 timeout_graceful_shutdown=30)
+
+
+def _check_port(host: str, port: int) -> None:
+    """A busy port (or a host this machine is not) is exit 2 with one line, before uvicorn
+    would log it as JSON and exit 0 or 1."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        with socket.socket(infos[0][0], socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            probe.bind(infos[0][4])
+    except OSError as e:
+        _fail(f"cannot listen on {host}:{port}: {e.strerror or e}")
 
 
 @main.group()

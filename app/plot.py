@@ -35,10 +35,11 @@ from matplotlib.patches import ConnectionPatch
 
 from analyzers.baseline import BaselineConfig, trailing_baseline
 from analyzers.config import AnalysisConfig
-from analyzers.findings import Finding, Kind, SpikeClass
+from analyzers.findings import Finding, Kind, Severity, SpikeClass
 from analyzers.roles import Role
 from analyzers.series import Resume, RunSeries, Series, prepare_run
 from app import analysis
+from app.axis import wants_log
 from app.downsample import minmax_indices
 from app.ingest.logdir import Run
 
@@ -46,18 +47,21 @@ IMAGE_FORMATS = {".png": "png", ".svg": "svg"}
 MAX_POINTS = 4000  # about 3 points per pixel of a 12-inch-wide panel at 100 dpi
 WIDTH_INCHES, PANEL_INCHES, DPI = 12, 3, 100
 LOWER_PANELS = (Role.GRAD_NORM, Role.LEARNING_RATE, Role.LOSS_SCALE)
-LOG_RANGE = 100.0  # positive values spanning more than 2 orders of magnitude get a log axis ...
-LOG_PEAK = 20.0  # ... and so do those peaking 20x over their median (a linear axis would flatten the rest)
 BAND_SIGMAS = 3.0
 MIN_SPAN = 0.005  # share of the axis a shading covers at least, so a 2-step spike still shows
 LABEL_ROWS = 6  # rows of labels at the top of a panel; a burst of more keeps shading and ids only
+WARMUP_SHARE = 0.05  # the first 5% of a loss's points are its warm-up ...
+WARMUP_CLIP = 1.5  # ... clipped off the y-range when they reach 1.5x over the rest's highest value
+EVAL_COLOUR = "#e08a00"
+SEVERITY_COLOURS = {Severity.CRITICAL: "#c62828", Severity.WARNING: "#e08a00", Severity.INFO: "#5b7fb8"}  # the web UI's badges
+SUBTITLE_CHARS = 160
 
 LINE = "#1f4e9c"
 NONFINITE = "#d00000"
 RESTART_LINE = {"color": "black", "ls": "--", "lw": 1.2}
 SPIKE_COLOURS = {
     SpikeClass.FAST_RECOVERING: "#2ca02c",
-    SpikeClass.SLOW_RECOVERING: "#ff8c00",
+    SpikeClass.SLOW_RECOVERING: "#ff7f0e",
     SpikeClass.DIVERGENT: "#d62728",
     SpikeClass.PENDING: "#7f7f7f",
 }
@@ -140,13 +144,18 @@ def draw_run(source: str, run: Run, tag: str | None = None, config: AnalysisConf
     for panel in panels:
         _draw_series(panel, "loss" if panel.series is loss else panel.series.role.value)
     _draw_baseline(axes[0], loss, config.spikes.baseline)
+    if loss.role is not Role.EVAL_LOSS:
+        for evaluation in prepared.with_role(Role.EVAL_LOSS):
+            _draw_eval(axes[0], evaluation)
+    _clip_warmup(axes[0], loss)
     first, last = min(int(s.step[0]) for s in shown), max(int(s.step[-1]) for s in shown)
     axes[0].set_xlim(first - 0.01 * (last - first), last + 0.01 * (last - first) + 1)
     extra = _mark_findings(fig, panels, findings, last)
     for panel in panels:
         _place_labels(panel)
     axes[-1].set_xlabel("step")
-    axes[0].set_title(_title(source, run.name, findings), fontsize=13, pad=10)
+    axes[0].set_title(_title(source, run.name, findings), fontsize=13, pad=24 if findings else 10)
+    _subtitle(axes[0], findings)
     _legend(fig, axes, extra)
     return fig
 
@@ -190,19 +199,34 @@ def _draw_series(panel: _Panel, role: str) -> None:
             label="NaN / Inf", gid=f"nonfinite-{series.tag}",
         )
     ax.set_ylabel(series.tag)
-    if _wants_log(series.fvalue):
+    if wants_log(series.fvalue):
         ax.set_yscale("log")
     ax.grid(True, alpha=0.3, lw=0.5)
 
 
-def _wants_log(values: np.ndarray) -> bool:
-    """Positive values over more than two orders of magnitude (a collapsing loss scale), or
-    a few peaks far over the rest (a 45x loss spike): on a linear axis everything but the
-    largest values would sit flat on the floor."""
-    if len(values) == 0 or values.min() <= 0:
-        return False
-    top = values.max()
-    return top / values.min() > LOG_RANGE or top / np.median(values) > LOG_PEAK
+def _draw_eval(ax: Axes, series: Series) -> None:
+    """An eval loss on the loss panel, on the same steps: markers at its (sparse) evaluations."""
+    ax.plot(series.fstep, series.fvalue, color=EVAL_COLOUR, lw=1.0, marker="o", ms=4, label=series.tag,
+            gid=f"eval-{series.tag}", zorder=4)
+
+
+def _clip_warmup(ax: Axes, series: Series) -> None:
+    """On a linear axis, a warm-up far above the rest (an initial loss of 20 over a 3.x curve)
+    is cut off the y-range, with a note saying so, rather than flattening the curve."""
+    values = series.fvalue
+    head = max(1, int(len(values) * WARMUP_SHARE))
+    if ax.get_yscale() != "linear" or len(values) < 20:
+        return
+    rest = values[head:]
+    top, low = float(rest.max()), float(rest.min())
+    if float(values[:head].max()) <= top + (WARMUP_CLIP - 1) * max(abs(top), top - low):
+        return
+    margin = 0.05 * (top - low or abs(top) or 1.0)
+    ax.set_ylim(min(low, float(values[:head].min())) - margin, top + margin)
+    clipped = series.fstep[:head][values[:head] > top + margin]
+    ax.text(0.005, 0.985, f"warm-up clipped: up to {float(values[:head].max()):.4g} before step {int(clipped[-1]) + 1}",
+            transform=ax.transAxes, ha="left", va="top", fontsize=8, color="#555555", gid=f"clipped-{series.tag}",
+            bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "alpha": 0.7, "lw": 0}, zorder=6)
 
 
 def _draw_baseline(ax: Axes, series: Series, config: BaselineConfig) -> None:
@@ -302,7 +326,19 @@ def _title(source: str, run: str, findings: list[Finding]) -> str:
     name = Path(source).resolve().name if run == "." else run
     counts = Counter(f.severity for f in findings)
     parts = [f"{counts[s]} {s}" for s in sorted(counts, reverse=True)]
-    return f"{name}: {len(findings)} alerts ({', '.join(parts)})" if findings else f"{name}: no alerts"
+    n = len(findings)
+    return f"{name}: {n} alert{'' if n == 1 else 's'} ({', '.join(parts)})" if findings else f"{name}: no alerts"
+
+
+def _subtitle(ax: Axes, findings: list[Finding]) -> None:
+    """The worst alert's message (most severe, then earliest) under the title, in its
+    severity's colour."""
+    if not findings:
+        return
+    worst = max(findings, key=lambda f: (f.severity, -f.start_step))
+    text = worst.message if len(worst.message) <= SUBTITLE_CHARS else worst.message[:SUBTITLE_CHARS - 3] + "..."
+    ax.annotate(text, xy=(0.5, 1), xycoords="axes fraction", xytext=(0, 5), textcoords="offset points", ha="center",
+                va="bottom", fontsize=9, color=SEVERITY_COLOURS[worst.severity], gid="worst-alert")
 
 
 def _legend(fig: Figure, axes: list[Axes], extra: dict[str, Artist]) -> None:

@@ -27,7 +27,8 @@ def render_table(alerts: list[Alert], runs: int) -> str:
     lines = _aligned(rows)
     counts = {s: sum(1 for a in alerts if str(a.finding.severity) == s) for s in ("critical", "warning", "info")}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-    return "\n".join(lines + [f"{len(alerts)} alerts in {runs} runs ({summary})"])
+    n = len(alerts)
+    return "\n".join(lines + [f"{n} alert{'s' if n != 1 else ''} in {runs} run{'s' if runs != 1 else ''} ({summary})"])
 
 
 def render_health(runs: list[tuple[str, RunHealth]]) -> str:

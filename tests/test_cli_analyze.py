@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from app.cli import main
+from tests.conftest import REPO
 from tests.eventfiles import scalar_event, write_events
 
 
@@ -150,3 +151,8 @@ def test_json_stream_and_trainer_state_are_analysed(tmp_path):
     out = json.loads(invoke("analyze", str(tmp_path / "run.json"), "--format", "json").stdout)
     [alert] = out["alerts"]
     assert (alert["run"], alert["kind"], alert["start_step"]) == ("streamed", "nonfinite", 300)
+
+
+def test_the_count_line_says_1_alert_in_1_run():
+    out = invoke("analyze", str(REPO / "sample_runs" / "lr_burst"), "--fail-on", "never").stdout.splitlines()
+    assert out[1] == "1 alert in 1 run (1 warning)"

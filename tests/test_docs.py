@@ -92,6 +92,8 @@ def test_every_metric_is_documented(tmp_path):
     assert "losswatch_run_last_step" in families
     for name in families - {f for f in families if f.endswith("_created")}:  # a counter's start time, not ours
         assert f"`{name}" in README, name
+
+
 def test_the_training_loop_client_is_documented():
     import inspect
 
@@ -117,3 +119,23 @@ def test_the_training_loop_client_is_documented():
     for name in ("LosswatchCallback(", "LosswatchLogger(", "LosswatchGuard(", "`LossAlert`", "on_alert(", "w.alerts",
                  "should_stop", "w.decision", "losswatch scan", "bench/client.py"):
         assert name in section, name
+
+
+def test_every_web_ui_page_is_documented():
+    from fastapi.routing import APIRoute
+
+    from app.service.app import create_app
+    from app.service.settings import Settings
+
+    section = README[README.index("## The web UI"):README.index("## The HTTP API")]
+    for route in create_app(Settings(db_url="sqlite://")).routes:
+        if isinstance(route, APIRoute) and not route.include_in_schema and route.path not in ("/docs", "/openapi.json"):
+            path = re.sub(r"\{\w+\}", "{id}", route.path)
+            for method in route.methods - {"HEAD"}:
+                assert f"{method} {path}" in section, (method, path)
+
+
+def test_the_readme_states_the_python_version_pyproject_requires():
+    required = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"]
+    version = re.fullmatch(r">=(\d+\.\d+)", required).group(1)
+    assert f"Python {version}+" in README

@@ -175,3 +175,33 @@ def test_input_and_output_errors_are_exit_2(tmp_path):
     unwritable = invoke("plot", str(SAMPLES / "bad_batch"), "-o", str(out))
     assert unwritable.exit_code == 2
     assert unwritable.stderr == f"losswatch: {out}: cannot write: No such file or directory\n"
+
+
+def test_the_eval_loss_is_drawn_on_the_loss_panel(two_runs, tmp_path):
+    root = svg_of(two_runs, tmp_path, "--run", "run_a")
+    assert {"series-train/loss", "eval-eval/loss"} <= panel(root, "loss")
+
+
+def test_a_warmup_far_above_the_rest_is_clipped_off_the_y_range_and_said_so(tmp_path):
+    rng = np.random.default_rng(1)
+    values = [20.0 - i for i in range(17)] + list(3.2 + 0.05 * rng.standard_normal(383))  # from 20 down to a 3.x curve
+    (tmp_path / "run").mkdir()
+    write_events(tmp_path / "run" / "events.out.tfevents.1",
+                 [file_version(), *[scalar_event(i, "train/loss", v) for i, v in enumerate(values)]])
+    fig = plot.draw_run(str(tmp_path / "run"), read_path(str(tmp_path / "run")).runs["."])
+    loss = fig.axes[0]
+    assert loss.get_yscale() == "linear" and loss.get_ylim()[1] < 4
+    [note] = [t for t in loss.texts if t.get_gid() == "clipped-train/loss"]
+    assert note.get_text() == "warm-up clipped: up to 20 before step 17"
+    steady = read_path(str(SAMPLES / "bad_batch")).runs["."]  # a spike after warm-up is never clipped
+    assert not any(t.get_gid() == "clipped-train/loss" for t in plot.draw_run(str(SAMPLES / "bad_batch"), steady).axes[0].texts)
+
+
+def test_the_worst_alert_is_the_subtitle_in_its_severity_colour(tmp_path):
+    run = read_path(str(SAMPLES / "fp16_overflow")).runs["."]
+    fig = plot.draw_run(str(SAMPLES / "fp16_overflow"), run)
+    [subtitle] = [t for t in fig.axes[0].texts if t.get_gid() == "worst-alert"]
+    assert subtitle.get_text().startswith("train/loss_scale fell from 524288 to its floor 1 by step 1931")
+    assert subtitle.get_color() == "#c62828"  # critical, as the web UI's badge
+    lr_burst = plot.draw_run(str(SAMPLES / "lr_burst"), read_path(str(SAMPLES / "lr_burst")).runs["."])
+    assert lr_burst.axes[0].get_title() == "lr_burst: 1 alert (1 warning)"

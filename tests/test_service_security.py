@@ -168,7 +168,7 @@ def test_which_routes_are_public_when_tokens_are_required(tmp_path):
         c.cookies.clear()
         for path in ("/openapi.json", "/docs", "/v1/runs", "/"):
             assert c.get(path).status_code == 401, path
-        assert c.get("/docs", headers={"Accept": "text/html"}, follow_redirects=False).headers["location"].endswith("/login")
+        assert c.get("/docs", headers={"Accept": "text/html"}, follow_redirects=False).headers["location"].endswith("/login?next=%2Fdocs")
         assert c.get("/openapi.json", headers={"Authorization": f"Bearer {token}"}).json()["info"]["title"] == "losswatch"
         for path in ("/healthz", "/metrics", "/login", "/static/losswatch.js", "/static/vendor/uPlot.iife.min.js"):
             assert c.get(path).status_code == 200, path

@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from importlib.metadata import version
+from urllib.parse import urlencode
 
 import httpx
 from fastapi import FastAPI, Request
@@ -86,9 +87,13 @@ def create_app(settings: Settings) -> FastAPI:
 
 
 async def _api_error(request: Request, e: errors.ApiError):
-    """API errors answer JSON; a person's browser asked to sign in is sent to the login page."""
-    if e.status == 401 and "text/html" in request.headers.get("accept", "") and not request.url.path.startswith("/v1/"):
-        return RedirectResponse(request.url_for("ui_login"), status_code=303)
+    """API errors answer JSON; a person's browser gets a page, and one asked to sign in is
+    sent to the login page, which returns it here."""
+    if ui.wants_page(request):
+        if e.status == 401:
+            here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            return RedirectResponse(f"{request.url_for('ui_login')}?{urlencode({'next': here})}", status_code=303)
+        return ui.error_page(request, e.status, e.message)
     return JSONResponse(errors.error_body(e.code, e.message, e.details), status_code=e.status, headers=e.headers)
 
 
@@ -96,11 +101,14 @@ async def _body_too_large(_: Request, e: BodyTooLarge) -> JSONResponse:
     return JSONResponse(errors.error_body("body_too_large", e.detail), status_code=413, headers={"Connection": "close"})
 
 
-async def _no_route(_: Request, e: StarletteHTTPException) -> JSONResponse:
-    """Starlette's own answers (no route matches, wrong method) in the API's error shape."""
+async def _no_route(request: Request, e: StarletteHTTPException):
+    """Starlette's own answers (no route matches, wrong method) in the API's error shape, or
+    as a page for a browser."""
     code, message = {404: ("not_found", "no endpoint matches this URL"), 405: ("method_not_allowed", "this endpoint does not take that method")}.get(
         e.status_code, ("http_error", str(e.detail))
     )
+    if e.status_code == 404 and ui.wants_page(request):
+        return ui.error_page(request, 404, "there is no page at this address")
     return JSONResponse(errors.error_body(code, message), status_code=e.status_code, headers=e.headers)
 
 

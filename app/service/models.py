@@ -129,9 +129,10 @@ class SeriesResponse(BaseModel):
     wall_times: list[float | None] = Field(default_factory=list, description="the Unix wall time of each point, in the "
                                                                              "order of points (null where none was recorded)")
     downsampled: bool
+    log_axis: bool = Field(False, description="whether these points want a log y-axis (`app.axis.wants_log`, the rule `losswatch plot` uses)")
     model_config = ConfigDict(json_schema_extra={"example": {
         "run": "gpt-small", "tag": "train/loss", "total": 3000, "points": [[0, 2.29], [1500, 38.49], [2999, "NaN"]],
-        "downsampled": True,
+        "downsampled": True, "log_axis": True,
     }})
 
 

@@ -288,3 +288,15 @@ def firing(conn: Connection) -> list[tuple[AlertRecord, float]]:
     records = [_record(row) for row in conn.execute(query)]
     fired = first_fired(conn, [r.id for r in records])
     return [(r, fired.get(r.id, r.since_time)) for r in records]
+
+
+def incident_counts(conn: Connection) -> dict[int, int]:
+    """Run id -> resolved warning or critical alerts: incidents a run had and got over, which
+    its open counts no longer show (the runs page says "had incidents")."""
+    query = (
+        sa.select(alerts.c.run_id, sa.func.count())
+        .where(alerts.c.state == State.RESOLVED.value, alerts.c.severity.in_(("warning", "critical")),
+               alerts.c.inhibited_by.is_(None))
+        .group_by(alerts.c.run_id)
+    )
+    return {run_id: n for run_id, n in conn.execute(query)}

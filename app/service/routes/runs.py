@@ -11,6 +11,7 @@ from analyzers.config import AnalysisConfig
 from analyzers.roles import infer_role
 from analyzers.series import resume_steps
 from app import liveness
+from app.axis import wants_log
 from app.downsample import MinMaxSketch
 from app.ingest.points import json_number
 from app.ingest.textlogs import MAX_NAME, MAX_STEP
@@ -79,6 +80,7 @@ def series(
         run=run, tag=tag, total=sketch.count, downsampled=len(step) < sketch.count,
         points=[(int(s), json_number(float(v))) for s, v in zip(step, value)],
         wall_times=[float(w) if np.isfinite(w) else None for w in wall],
+        log_axis=wants_log(np.asarray(value, dtype=float)[np.isfinite(value)]),
     )
 
 

@@ -1,11 +1,16 @@
-// Charts of a run's tags with its alerts marked, drawn with uPlot from the JSON API.
-// Drag to zoom (the zoomed window is fetched again at full detail), double-click to reset.
+// Charts of runs' tags with their alerts marked, drawn with uPlot from the JSON API.
+// One zoom for every chart of the page (drag to zoom, double-click to zoom out, both kept in
+// the URL); a zoomed window is fetched again at full detail.  Data is fetched again every
+// `?refresh=` seconds (30) while the tab is visible, keeping the zoom.
 (function () {
   "use strict";
   const root = document.getElementById("charts");
-  if (!root || typeof uPlot === "undefined") return;
+  if (!root || typeof uPlot === "undefined" || !window.chartkit) return;
+  const kit = window.chartkit;
 
-  const run = root.dataset.run, source = root.dataset.source;
+  const HEIGHT = 240, LANES = 3, LANE_PX = 14;
+  const RUN_COLORS = ["#1f4e9c", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
+  const EVAL_COLOR = "#e08a00";
   const CLASS_COLORS = {
     fast_recovering: "rgba(44,160,44,0.25)", slow_recovering: "rgba(255,127,14,0.3)",
     divergent: "rgba(214,39,40,0.3)", pending: "rgba(120,120,120,0.25)",
@@ -15,123 +20,363 @@
     plateau: "rgba(148,103,189,0.1)", overfitting: "rgba(255,127,14,0.12)", loss_scale_collapse: "rgba(140,86,75,0.15)",
     nonfinite: "rgba(214,39,40,0.15)", grad_norm_stuck: "rgba(120,120,120,0.15)",
   };
-  const runPath = "/v1/runs/" + encodeURIComponent(run);
-  const query = (params) => "?" + new URLSearchParams({ source: source, ...params }).toString();
+
+  const params = new URLSearchParams(location.search);
+  const runs = JSON.parse(root.dataset.runs);  // [{name, source}]: one run, or the runs compared
+  const single = runs.length === 1;
+  const state = {
+    zoom: initialZoom(),
+    smooth: clamp(Number(params.get("smooth") || 0), 0, 0.99),
+    refresh: Math.max(1, Number(params.get("refresh") || root.dataset.refresh || 30)),
+    alerts: [],
+    seen: null,  // alert ids already shown; new ones are announced
+  };
   const charts = [];
   const sync = uPlot.sync("losswatch");
 
-  function number(v) { return typeof v === "number" ? v : null; }
+  function clamp(v, lo, hi) { return Number.isFinite(v) ? Math.min(hi, Math.max(lo, v)) : lo; }
 
-  function tickLabels(u, values) {
-    // Small learning rates and huge loss scales read better as powers of ten.
-    return values.map((v) => {
-      if (v === null || v === undefined) return "";
-      return v !== 0 && (Math.abs(v) < 1e-3 || Math.abs(v) >= 1e5) ? v.toExponential(0) : String(+v.toPrecision(4));
-    });
+  function initialZoom() {
+    const from = params.get("from"), to = params.get("to");
+    if (from !== null && to !== null && Number.isFinite(+from) && Number.isFinite(+to) && +from < +to) return { min: +from, max: +to };
+    if (root.dataset.focusStart) return { min: Number(root.dataset.focusStart), max: Number(root.dataset.focusEnd) };
+    return null;
   }
 
-  async function fetchSeries(tag, width, start, end) {
-    const params = { tag: tag, max_points: String(Math.max(200, Math.min(4000, 2 * width))) };
-    if (start !== undefined) { params.start = String(Math.floor(start)); params.end = String(Math.ceil(end)); }
-    const response = await fetch(runPath + "/series" + query(params), { credentials: "same-origin" });
-    if (!response.ok) throw new Error("series " + tag + ": HTTP " + response.status);
-    const body = await response.json();
-    const steps = body.points.map((p) => p[0]);
-    const values = body.points.map((p) => number(p[1]));
-    const bad = body.points.filter((p) => typeof p[1] !== "number").map((p) => p[0]);
-    return { data: [steps, values], nonfinite: bad };
+  function css(name) { return getComputedStyle(document.documentElement).getPropertyValue(name).trim(); }
+
+  function writeUrl() {
+    const url = new URL(location.href);
+    if (state.zoom) { url.searchParams.set("from", String(Math.floor(state.zoom.min))); url.searchParams.set("to", String(Math.ceil(state.zoom.max))); }
+    else { url.searchParams.delete("from"); url.searchParams.delete("to"); }
+    if (state.smooth > 0) url.searchParams.set("smooth", String(state.smooth)); else url.searchParams.delete("smooth");
+    history.replaceState(null, "", url);
   }
 
-  function logScale(values) {
-    const positive = values.filter((v) => v !== null && v > 0);
-    if (positive.length !== values.filter((v) => v !== null).length || positive.length < 2) return false;
-    return Math.max(...positive) / Math.min(...positive) > 100;
+  async function fetchJson(path, what) {
+    const response = await fetch(path, { credentials: "same-origin" });
+    if (!response.ok) throw new Error(what + ": HTTP " + response.status);
+    return response.json();
   }
 
-  function marks(alerts, tag) {
+  async function fetchSeries(line, width, zoom) {
+    const query = { tag: line.tag, max_points: String(Math.max(200, Math.min(4000, 2 * width))) };
+    if (line.source) query.source = line.source;
+    if (zoom) { query.start = String(Math.floor(zoom.min)); query.end = String(Math.ceil(zoom.max)); }
+    const body = await fetchJson("/v1/runs/" + encodeURIComponent(line.run) + "/series?" + new URLSearchParams(query), "series " + line.tag);
+    return {
+      steps: body.points.map((p) => p[0]),
+      values: body.points.map((p) => (typeof p[1] === "number" ? p[1] : null)),
+      nonfinite: body.points.filter((p) => typeof p[1] !== "number").map((p) => p[0]),
+      log: body.log_axis,
+    };
+  }
+
+  function linesOf(el) {
+    // One line per compared run; on a run page the tag, plus the evaluations drawn with it.
+    const tag = el.dataset.tag;
+    if (!single) {
+      const having = JSON.parse(el.dataset.runs);
+      return runs.map((r, i) => ({ run: r.name, source: r.source, tag: tag, label: r.name, color: RUN_COLORS[i % RUN_COLORS.length], marker: false }))
+        .filter((l) => having.includes(l.run));
+    }
+    const extra = el.dataset.extra ? JSON.parse(el.dataset.extra) : [];
+    return [{ run: runs[0].name, source: runs[0].source, tag: tag, label: tag, color: css("--line") || RUN_COLORS[0], marker: false },
+      ...extra.map((t) => ({ run: runs[0].name, source: runs[0].source, tag: t, label: t, color: EVAL_COLOR, marker: true }))];
+  }
+
+  function marksOf(tag) {
     // Bands for this tag's alerts (spikes by class), dashed lines for restarts (every chart).
-    return alerts.filter((a) => a.tag === tag || a.kind === "restart").map((a) => ({
+    return state.alerts.filter((a) => a.tag === tag || a.kind === "restart").map((a) => ({
       kind: a.kind, start: a.start_step, end: a.finding.end_step, id: a.id,
       color: a.kind === "loss_spike" ? CLASS_COLORS[a.classification] : KIND_COLORS[a.kind],
-      label: (a.kind === "loss_spike" ? a.classification : a.kind).replace(/_/g, "-"),
+      label: (a.kind === "restart" ? "restart" : (a.kind === "loss_spike" ? a.classification : a.kind).replace(/_/g, "-")) + " " + a.start_step,
+      message: a.finding.message,
     }));
   }
 
-  function drawMarks(u, chartMarks, nonfinite) {
-    const ctx = u.ctx, top = u.bbox.top, height = u.bbox.height;
-    const right = u.scales.x.max;
+  function table(chart) {
+    // uPlot's one x column joined from each line's steps; with smoothing on, each line is
+    // drawn twice: faint as logged, and its moving average.
+    const tables = [], series = [{ label: "step", value: (u, v) => (v === null ? "" : String(Math.round(v))) }];
+    const value = (u, v) => kit.fmt(v);
+    chart.lines.forEach((line, i) => {
+      const s = chart.view[i];
+      const values = chart.log ? s.values.map((v) => (v !== null && v > 0 ? v : null)) : s.values;
+      if (line.marker) {
+        tables.push([s.steps, values]);
+        series.push({ label: line.label, stroke: line.color, width: 1, spanGaps: true, points: { show: true, size: 6, fill: line.color }, value: value });
+      } else if (state.smooth > 0) {
+        tables.push([s.steps, values], [s.steps, kit.ema(values, state.smooth)]);
+        series.push({ label: line.label + " (raw)", stroke: line.color, alpha: 0.25, width: 1, spanGaps: false, value: value },
+          { label: line.label, stroke: line.color, width: 1.5, spanGaps: true, value: value, class: "smoothed" });
+      } else {
+        tables.push([s.steps, values]);
+        series.push({ label: line.label, stroke: line.color, width: 1, spanGaps: false, value: value });
+      }
+    });
+    const data = tables.length === 1 ? tables[0] : uPlot.join(tables, tables.map(() => [0, 1]));
+    return { data: data, series: series };
+  }
+
+  function drawBands(u, chart) {
+    const ctx = u.ctx, { left, top, width, height } = u.bbox, px = devicePixelRatio;
     ctx.save();
-    ctx.font = `${11 * devicePixelRatio}px system-ui`;
-    ctx.textAlign = "left";  // uPlot leaves its axis alignment behind
-    ctx.textBaseline = "alphabetic";
-    for (const m of chartMarks) {
+    ctx.beginPath(); ctx.rect(left, top, width, height); ctx.clip();  // nothing spills past the plot
+    for (const m of chart.marks) {
       const x0 = u.valToPos(m.start, "x", true);
       if (m.kind === "restart") {
-        ctx.strokeStyle = "#333"; ctx.setLineDash([6, 4]); ctx.lineWidth = devicePixelRatio;
+        ctx.strokeStyle = css("--fg"); ctx.setLineDash([6, 4]); ctx.lineWidth = px;
         ctx.beginPath(); ctx.moveTo(x0, top); ctx.lineTo(x0, top + height); ctx.stroke(); ctx.setLineDash([]);
-        ctx.fillStyle = "#333"; ctx.fillText("restart " + m.start, x0 + 4, top + 12 * devicePixelRatio);
         continue;
       }
-      const x1 = u.valToPos(m.end !== null && m.end !== undefined ? m.end : right, "x", true);
+      const x1 = u.valToPos(m.end !== null && m.end !== undefined ? m.end : u.scales.x.max, "x", true);
       ctx.fillStyle = m.color || "rgba(120,120,120,0.2)";
-      ctx.fillRect(x0, top, Math.max(x1 - x0, 3 * devicePixelRatio), height);
-      ctx.fillStyle = "#333"; ctx.fillText(m.label + " " + m.start, x0 + 3, top + 24 * devicePixelRatio);
+      ctx.fillRect(x0, top, Math.max(x1 - x0, 3 * px), height);
     }
     ctx.fillStyle = "#c62828";
-    for (const step of nonfinite) {
+    for (const step of chart.view[0] ? chart.view[0].nonfinite : []) {
       const x = u.valToPos(step, "x", true);
-      ctx.fillRect(x - devicePixelRatio, top, 2 * devicePixelRatio, 8 * devicePixelRatio);
+      ctx.fillRect(x - px, top, 2 * px, 8 * px);
     }
     ctx.restore();
   }
 
-  async function build(el, alerts) {
-    const tag = el.dataset.tag, width = el.clientWidth || 900;
-    const series = await fetchSeries(tag, width);
-    const chartMarks = marks(alerts, tag);
-    let nonfinite = series.nonfinite;
-    const opts = {
-      width: width, height: 240,
-      cursor: { sync: { key: sync.key } },
-      scales: { x: { time: false }, y: { distr: logScale(series.data[1]) ? 3 : 1 } },
-      series: [{ label: "step" }, { label: tag, stroke: "#1f4e9c", width: 1, spanGaps: false }],
-      axes: [{}, { size: 70, values: tickLabels }],
+  function placeLabels(u, chart) {
+    // Labels are text in a layer over the plot (clipped to it), in lanes so none overlap.
+    let layer = u.over.querySelector(".mark-labels");
+    if (!layer) { layer = document.createElement("div"); layer.className = "mark-labels"; u.over.appendChild(layer); }
+    layer.replaceChildren();
+    const shown = chart.marks.filter((m) => {
+      const end = m.end !== null && m.end !== undefined ? m.end : m.start;
+      return end >= u.scales.x.min && m.start <= u.scales.x.max;
+    });
+    const spans = shown.map((m) => {
+      const span = document.createElement("span");
+      span.className = "mark-label";
+      span.textContent = m.label;
+      layer.appendChild(span);
+      return span;
+    });
+    const plotWidth = u.over.clientWidth;
+    const items = shown.map((m, i) => ({ x: u.valToPos(m.start, "x") + 3, w: spans[i].offsetWidth }));
+    kit.lanes(items, 0, plotWidth, LANES, 6).forEach((place, i) => {
+      if (place.lane < 0) { spans[i].remove(); return; }  // too crowded: named on hover instead
+      spans[i].style.left = place.x + "px";
+      spans[i].style.top = (2 + place.lane * LANE_PX) + "px";
+    });
+  }
+
+  function shownRange(u, chart) {
+    // The steps shown and the last step drawn, for tests and screenshots to read.
+    chart.el.dataset.x = Math.round(u.scales.x.min) + ".." + Math.round(u.scales.x.max);
+    chart.el.dataset.last = u.data[0].length ? String(u.data[0][u.data[0].length - 1]) : "";
+  }
+
+  function hoverMarks(u, chart) {
+    // What the cursor is over: every alert there, including those too crowded to label.
+    const idx = u.cursor.idx, out = chart.box.querySelector(".mark-hover");
+    if (!out) return;
+    const step = idx === null || idx === undefined ? null : u.data[0][idx];
+    const under = step === null ? [] : chart.marks.filter((m) => m.start <= step && step <= (m.end !== null && m.end !== undefined ? m.end : m.start));
+    out.textContent = under.map((m) => m.label + ": " + m.message).join("  |  ");
+  }
+
+  function render(chart) {
+    // (Re)draws the chart from its data, with the page's zoom and the chart's log toggle.
+    const { data, series } = table(chart);
+    if (chart.u) chart.u.destroy();
+    const axis = { stroke: css("--fg"), grid: { stroke: css("--grid"), width: 1 }, ticks: { stroke: css("--grid") } };
+    chart.u = new uPlot({
+      width: chart.el.clientWidth || 900, height: HEIGHT,
+      cursor: {
+        sync: { key: sync.key },
+        drag: { setScale: false, x: true, y: false },
+        bind: { dblclick: () => null },  // double-click zooms every chart out (below), not just this one
+      },
+      legend: { live: true },
+      scales: { x: { time: false }, y: { distr: chart.log ? 3 : 1 } },
+      series: series,
+      axes: [{ ...axis }, { ...axis, size: 70, values: (u, values) => kit.ticks(values) }],
       hooks: {
-        draw: [(u) => drawMarks(u, chartMarks, nonfinite)],
-        setSelect: [async (u) => {
+        drawClear: [(u) => drawBands(u, chart)],
+        draw: [(u) => { placeLabels(u, chart); shownRange(u, chart); }],
+        setCursor: [(u) => hoverMarks(u, chart)],
+        setSelect: [(u) => {
           if (u.select.width < 5) return;
-          const lo = u.posToVal(u.select.left, "x"), hi = u.posToVal(u.select.left + u.select.width, "x");
-          const detail = await fetchSeries(tag, width, lo, hi);
-          nonfinite = detail.nonfinite;
-          u.setData(detail.data, false);
-          u.setScale("x", { min: lo, max: hi });
+          const min = u.posToVal(u.select.left, "x"), max = u.posToVal(u.select.left + u.select.width, "x");
+          u.setSelect({ left: 0, width: 0, top: 0, height: 0 }, false);
+          zoomTo({ min: min, max: max });
         }],
       },
-    };
-    const chart = new uPlot(opts, series.data, el);
-    chart.full = series;
-    el.addEventListener("dblclick", () => { nonfinite = series.nonfinite; chart.setData(series.data, true); });
-    charts.push(chart);
-    return chart;
+    }, data, chart.el);
+    if (state.zoom) chart.u.setScale("x", { min: state.zoom.min, max: state.zoom.max });
+    chart.el.dataset.log = String(chart.log);
   }
 
-  async function main() {
-    const response = await fetch(runPath + "/alerts" + query({}), { credentials: "same-origin" });
-    const alerts = response.ok ? await response.json() : [];
-    const built = await Promise.all([...root.querySelectorAll(".chart")].map((el) => build(el, alerts)));
-    if (root.dataset.focusStart) {
-      const start = Number(root.dataset.focusStart), end = Number(root.dataset.focusEnd);
-      const pad = Math.max(50, (end - start) * 2);
-      for (const c of built) c.setScale("x", { min: start - pad, max: end + pad });
+  let pendingZoom;
+  function zoomTo(zoom) {
+    // Every chart's select hook may ask at once (uPlot syncs the drag): the last one wins.
+    clearTimeout(pendingZoom);
+    pendingZoom = setTimeout(() => applyZoom(zoom).catch(showError), 0);
+  }
+
+  async function applyZoom(zoom) {
+    state.zoom = zoom;
+    writeUrl();
+    await Promise.all(charts.map(loadView));
+    charts.forEach(render);
+    root.dataset.zoom = zoom ? Math.floor(zoom.min) + "-" + Math.ceil(zoom.max) : "";
+  }
+
+  async function loadFull(chart) {
+    chart.full = await Promise.all(chart.lines.map((l) => fetchSeries(l, chart.el.clientWidth || 900, null)));
+  }
+
+  async function loadView(chart) {
+    chart.view = state.zoom ? await Promise.all(chart.lines.map((l) => fetchSeries(l, chart.el.clientWidth || 900, state.zoom))) : chart.full;
+  }
+
+  function download(name, blob) {
+    const a = document.createElement("a");
+    a.href = URL.createObjectURL(blob);
+    a.download = name;
+    document.body.appendChild(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(a.href), 1000);
+  }
+
+  function fileName(chart, ext) {
+    return (runs.map((r) => r.name).join("+") + "_" + chart.tag).replace(/[^\w.+-]+/g, "_") + "." + ext;
+  }
+
+  function button(text, title, onClick) {
+    const b = document.createElement("button");
+    b.type = "button"; b.textContent = text; b.title = title;
+    b.addEventListener("click", onClick);
+    return b;
+  }
+
+  function tools(chart) {
+    // Per chart: the log/linear toggle and the downloads.
+    const bar = document.createElement("div");
+    bar.className = "chart-tools";
+    const log = button(chart.log ? "log y" : "linear y", "Switch the y-axis between log and linear", () => {
+      chart.log = !chart.log;
+      log.textContent = chart.log ? "log y" : "linear y";
+      render(chart);
+    });
+    log.className = "log-toggle";
+    const lineNames = () => chart.u.series.slice(1).map((s) => s.label);
+    bar.append(log,
+      button("CSV", "Download the points shown as CSV", () => download(fileName(chart, "csv"), new Blob([kit.csv(lineNames(), chart.u.data)], { type: "text/csv" }))),
+      button("PNG", "Download the chart as a PNG image", () => chart.u.ctx.canvas.toBlob((blob) => download(fileName(chart, "png"), blob))));
+    const hover = document.createElement("div");
+    hover.className = "mark-hover";
+    chart.el.before(bar);
+    chart.el.after(hover);
+  }
+
+  function pageTools() {
+    // For the page: smoothing, and (with several charts) a filter on tag names.
+    const bar = document.createElement("div");
+    bar.className = "page-tools";
+    const label = document.createElement("label");
+    label.textContent = "smoothing ";
+    const slider = document.createElement("input");
+    Object.assign(slider, { type: "range", min: "0", max: "0.99", step: "0.01", value: String(state.smooth), id: "smoothing" });
+    const shown = document.createElement("output");
+    shown.textContent = state.smooth.toFixed(2);
+    slider.addEventListener("input", () => {
+      state.smooth = Number(slider.value);
+      shown.textContent = state.smooth.toFixed(2);
+      writeUrl();
+      charts.forEach(render);
+    });
+    label.append(slider, " ", shown);
+    bar.append(label);
+    if (charts.length > 1) {
+      const filter = document.createElement("input");
+      Object.assign(filter, { type: "search", id: "tag-filter", placeholder: "filter tags (regex)" });
+      filter.value = params.get("tags") || "";
+      const apply = () => {
+        let pattern = null;
+        try { pattern = new RegExp(filter.value, "i"); filter.classList.remove("invalid"); } catch (e) { filter.classList.add("invalid"); return; }
+        for (const c of charts) c.box.hidden = !pattern.test(c.tag);
+        for (const group of root.querySelectorAll(".tag-group")) group.hidden = [...group.querySelectorAll(".chart-box")].every((b) => b.hidden);
+        const url = new URL(location.href);
+        if (filter.value) url.searchParams.set("tags", filter.value); else url.searchParams.delete("tags");
+        history.replaceState(null, "", url);
+      };
+      filter.addEventListener("input", apply);
+      bar.append(filter);
+      apply();
     }
-    root.dataset.ready = "true";  // for tests and screenshots: every chart is drawn
+    root.before(bar);
   }
 
-  main().catch((e) => {
+  async function loadAlerts() {
+    if (!single) return;
+    const run = runs[0];
+    state.alerts = await fetchJson("/v1/runs/" + encodeURIComponent(run.name) + "/alerts?" + new URLSearchParams({ source: run.source }), "alerts");
+    const ids = state.alerts.map((a) => a.id);
+    if (state.seen !== null) announce(state.alerts.filter((a) => !state.seen.has(a.id)));
+    state.seen = new Set(ids);
+    for (const c of charts) c.marks = marksOf(c.tag);
+  }
+
+  function announce(fresh) {
+    // A new alert since the page was opened: named at the top, linked to its page.
+    for (const a of fresh) {
+      const note = document.createElement("p");
+      note.className = "new-alert " + a.severity;
+      const link = document.createElement("a");
+      link.href = "/alert/" + encodeURIComponent(a.id);
+      link.textContent = a.finding.message;
+      note.append("New alert: ", link);
+      root.before(note);
+    }
+  }
+
+  async function refresh() {
+    if (document.visibilityState !== "visible" || refresh.busy) return;
+    refresh.busy = true;
+    try {
+      await loadAlerts();
+      await Promise.all(charts.map(async (c) => { await loadFull(c); await loadView(c); }));
+      charts.forEach(render);
+      root.dataset.refreshed = String(Number(root.dataset.refreshed || 0) + 1);
+    } catch (e) {
+      showError(e);
+    } finally {
+      refresh.busy = false;
+    }
+  }
+
+  function showError(e) {
     // The message names a tag: text, never HTML.
     const error = document.createElement("p");
     error.className = "error";
     error.textContent = e.message;
     root.prepend(error);
-  });
+  }
+
+  async function main() {
+    for (const el of root.querySelectorAll(".chart")) {
+      charts.push({ el: el, box: el.closest(".chart-box"), tag: el.dataset.tag, lines: linesOf(el), marks: [], full: [], view: [], log: false, u: null });
+    }
+    await loadAlerts();
+    await Promise.all(charts.map(async (c) => { await loadFull(c); await loadView(c); c.log = c.full.some((s) => s.log); }));
+    charts.forEach((c) => { tools(c); render(c); });
+    pageTools();
+    root.addEventListener("dblclick", (e) => { if (e.target.closest(".u-over")) zoomTo(null); });
+    new ResizeObserver(() => charts.forEach((c) => c.u && c.u.setSize({ width: c.el.clientWidth, height: HEIGHT }))).observe(root);
+    setInterval(refresh, state.refresh * 1000);
+    document.addEventListener("visibilitychange", () => { if (document.visibilityState === "visible") refresh(); });
+    root.dataset.zoom = state.zoom ? Math.floor(state.zoom.min) + "-" + Math.ceil(state.zoom.max) : "";
+    root.dataset.ready = "true";  // for tests and screenshots: every chart is drawn
+  }
+
+  main().catch(showError);
 })();
