@@ -14,8 +14,9 @@ import numpy as np
 from sqlalchemy.engine import Connection
 
 from analyzers.config import AnalysisConfig
+from app import incremental
 from app.alerts.lifecycle import Event, evaluate
-from app.analysis import Alert, AnalysisFailed, assess_writes
+from app.analysis import Alert, AnalysisFailed
 from app.ingest.logdir import RunState
 from app.ingest.points import Points
 from app.ingest.restarts import Rollback
@@ -66,6 +67,8 @@ class Assessment:
     current: list[Alert]
     error: str | None = None
     health: dict | None = None  # the run's health summary (analyzers/health.py)
+    stream: incremental.Advance | None = None  # the streaming state it reached, saved when applied
+    vanishing: frozenset[str] | None = None  # alerts whose absence means "no longer seen" (None: any)
 
 
 @dataclass(frozen=True)
@@ -77,16 +80,16 @@ class Applied:
 
 
 def assess(conn: Connection, run: StoredRun, config: AnalysisConfig) -> Assessment:
-    """Analyse the whole stored run.  Reads only: the service runs it outside the write
-    lock, so a slow analysis never holds up other runs' appends."""
+    """Feed the writes stored since the run's last analysis to its streaming state (only
+    those are read).  Reads only: the service runs it outside the write lock, so a slow
+    analysis never holds up other runs' appends."""
     run = stored_runs.get_run(conn, run.id)  # the row and the points from one snapshot
-    writes = stored_runs.load_writes(conn, run.id)
-    resumes = stored_runs.load_resumes(conn, run.id)
     try:
-        alerts, health = assess_writes(run.source, run.name, writes, resumes, config)
+        done = incremental.advance(conn, run, config)
     except AnalysisFailed as e:
         return Assessment(run.points, run.last_step, [], error=e.reason)
-    return Assessment(run.points, run.last_step, alerts, health=health.to_dict())
+    return Assessment(run.points, run.last_step, done.alerts, health=done.health.to_dict(), stream=done.advance,
+                      vanishing=done.vanishing)
 
 
 def apply(conn: Connection, run: StoredRun, assessment: Assessment, webhooks: Sequence[str], now: float) -> Applied:
@@ -104,7 +107,11 @@ def apply(conn: Connection, run: StoredRun, assessment: Assessment, webhooks: Se
     if assessment.error is not None:
         conn.execute(runs.update().where(runs.c.id == run.id).values(**done))
         return Applied([], assessment.error)
-    records, events = evaluate(stored_alerts.load_alerts(conn, run.id), assessment.current, assessment.last_step, now)
+    if assessment.stream is not None and not incremental.save(conn, run.id, assessment.stream):
+        return Applied([])  # another analysis of the run was applied meanwhile: the run waits for the next
+    records, events = evaluate(
+        stored_alerts.load_alerts(conn, run.id), assessment.current, assessment.last_step, now, assessment.vanishing
+    )
     stored_alerts.save_alerts(conn, run.id, records)
     reported = list(zip(stored_alerts.add_events(conn, events, now), events))
     quiet = stored_alerts.silenced_ids(conn, [e.record.id for _, e in reported])
