@@ -28,7 +28,6 @@ feeds again from a saved state that had not reached those steps (a checkpoint).
 
 from __future__ import annotations
 
-import base64
 import copy
 import json
 import math
@@ -68,6 +67,7 @@ MAX_KEPT = 512  # findings kept for the cross-tag steps; past that the oldest ar
 MAX_PAST_SPIKES = 1024  # per loss tag: final spikes an open divergence may be explained by
 
 _LOSSES = (Role.LOSS, Role.EVAL_LOSS)
+_TAILED = (*_LOSSES, Role.LEARNING_RATE, Role.GRAD_NORM)  # the roles the cross-tag steps read points of
 
 
 class NeedsReplay(Exception):
@@ -90,6 +90,7 @@ class TagState:
     step: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # the tail
     value: np.ndarray = field(default_factory=lambda: np.zeros(0))
     points: int = 0  # points of the current view fed
+    last_step: int = -1  # the last step fed
     finite: int = 0
     first_step: int = -1
     head: np.ndarray = field(default_factory=lambda: np.zeros(0))  # the first finite values (health)
@@ -102,7 +103,7 @@ class TagState:
     @property
     def fed(self) -> int:
         """The last step fed (-1 before any)."""
-        return int(self.step[-1]) if len(self.step) else -1
+        return self.last_step
 
 
 @dataclass
@@ -203,7 +204,7 @@ def feed_run(
     once) and those still open (returned by every feed until final).  Raises NeedsReplay
     when the writes rewrite steps the state has passed.  `state` is not changed."""
     _check(state, writes, resumes)
-    state = copy.deepcopy(state)
+    state = _copy(state)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         views = _record_resumes(state, writes, resumes)
         roles = assign_roles([t for t in writes if t not in state.tags], config.roles, run)
@@ -217,6 +218,22 @@ def feed_run(
         open_ = _emit(state, _cross(state, config), final=False)
     state.shown = [_key(f) for f in open_]
     return state, closed, open_
+
+
+def _copy(state: RunState) -> RunState:
+    """A copy a feed may change: what it changes in place is copied, the rest (frozen
+    detector states and findings, arrays it only ever replaces) is shared."""
+    t = state.tally
+    return RunState(
+        tags={tag: replace(x, detectors=dict(x.detectors), open=dict(x.open), anchors=dict(x.anchors)) for tag, x in state.tags.items()},
+        kept=[replace(k) for k in state.kept],
+        resumes=[ResumeRecord(r.resume, dict(r.writes)) for r in state.resumes],
+        past_spikes={k: list(v) for k, v in state.past_spikes.items()},
+        finals=list(state.finals),
+        shown=list(state.shown),
+        tally=HealthTally(t.spikes, t.largest, t.above_band, {k: list(v) for k, v in t.still_up.items()}, dict(t.first)),
+        points=state.points,
+    )
 
 
 def _check(state: RunState, writes: Mapping[str, TagWrites], resumes: tuple[Resume, ...]) -> None:
@@ -268,7 +285,12 @@ def _record_resumes(state: RunState, writes: Mapping[str, TagWrites], resumes: t
     all_resumes = tuple(rec.resume for rec in state.resumes)
     for tag, w in writes.items():
         step, value = np.asarray(w.step, np.int64), np.asarray(w.value, np.float64)
-        keep = current_view(np.zeros(len(step), np.int8), step, np.asarray(w.segment), resume_steps(all_resumes, tag))
+        resume_to = resume_steps(all_resumes, tag)
+        settled = not resume_to or (len(step) and int(w.segment.min()) >= max(resume_to))
+        if settled and np.all(step[1:] > step[:-1]):  # appended in order, nothing hidden: as it is
+            views[tag] = (step, value)
+            continue
+        keep = current_view(np.zeros(len(step), np.int8), step, np.asarray(w.segment), resume_to)
         step, value = step[keep], value[keep]
         order = np.argsort(step, kind="stable")
         views[tag] = (step[order], value[order])
@@ -322,8 +344,10 @@ def _feed_window(state: RunState, window: dict[str, tuple[np.ndarray, np.ndarray
             t.last_finite = float(fv[-1])
         t.points += len(step)
         t.finite += len(fv)
-        t.step = np.concatenate([t.step, step])[-tail_points:]
-        t.value = np.concatenate([t.value, value])[-tail_points:]
+        t.last_step = int(step[-1])
+        if t.role in _TAILED:
+            t.step = np.concatenate([t.step, step])[-tail_points:]
+            t.value = np.concatenate([t.value, value])[-tail_points:]
         state.points += len(step)
     _anchor(state, config)
 
@@ -342,7 +366,7 @@ def _anchor(state: RunState, config: AnalysisConfig) -> None:
         for tag in train:
             want.setdefault(tag, {})[f"from:{start}"] = (start, 0, size)
     for tag, best in _best_steps(state):
-        counterpart = train_counterpart(tag, [_series(state, t) for t in train])
+        counterpart = train_counterpart(tag, [_Named(t) for t in train])
         want.setdefault(tag, {})[f"at:{best}"] = (best, 2, 1)
         if counterpart is not None:
             want.setdefault(counterpart.tag, {})[f"at:{best}"] = (best, config.overfitting.train_points, 1)
@@ -359,6 +383,13 @@ def _anchor(state: RunState, config: AnalysisConfig) -> None:
             a = max(0, int(np.searchsorted(s, at, side="right")) - back) if back else i
             b = min(len(s), i + fwd)
             t.anchors[name] = (s[a:b].copy(), v[a:b].copy())
+
+
+@dataclass(frozen=True)
+class _Named:
+    """What `train_counterpart` looks at of a series: its tag."""
+
+    tag: str
 
 
 def _cause_starts(state: RunState) -> set[int]:
@@ -666,20 +697,33 @@ def _best(state: RunState) -> dict[str, Any] | None:
 
 
 def dumps(state: RunState) -> bytes:
-    """The state as compressed JSON (arrays as base64 of their bytes: exact, and small)."""
-    return zlib.compress(json.dumps(_plain(state), separators=(",", ":")).encode(), 1)
+    """The state at rest: zlib-compressed JSON, then the raw bytes of its arrays (exact,
+    and no text encoding to pay for on every save)."""
+    packer = _Packer()
+    text = zlib.compress(json.dumps(_plain(state, packer), separators=(",", ":")).encode(), 1)
+    return len(text).to_bytes(8, "little") + text + b"".join(packer.parts)
 
 
 def loads(data: bytes) -> RunState:
-    return _run_state(json.loads(zlib.decompress(data)))
+    size = int.from_bytes(data[:8], "little")
+    arrays = memoryview(data)[8 + size :]
+    return _run_state(json.loads(zlib.decompress(data[8 : 8 + size])), lambda d: _unarray(d, arrays))
 
 
-def _array(a: np.ndarray) -> dict:
-    return {"dtype": a.dtype.str, "b64": base64.b64encode(np.ascontiguousarray(a).tobytes()).decode()}
+class _Packer:
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.size = 0
+
+    def __call__(self, a: np.ndarray) -> dict:
+        raw = np.ascontiguousarray(a).tobytes()
+        self.parts.append(raw)
+        self.size += len(raw)
+        return {"dtype": a.dtype.str, "at": self.size - len(raw), "n": len(raw)}
 
 
-def _unarray(d: dict) -> np.ndarray:
-    return np.frombuffer(base64.b64decode(d["b64"]), dtype=np.dtype(d["dtype"])).copy()
+def _unarray(d: dict, arrays: memoryview) -> np.ndarray:
+    return np.frombuffer(arrays[d["at"] : d["at"] + d["n"]], dtype=np.dtype(d["dtype"])).copy()
 
 
 def _finding_plain(f: Finding) -> dict:
@@ -707,13 +751,13 @@ def _finding(d: dict) -> Finding:
                       "classification": SpikeClass(d["classification"]) if d["classification"] else None})
 
 
-def _plain(state: RunState) -> dict:
+def _plain(state: RunState, _array) -> dict:
     tags = {}
     for tag, t in state.tags.items():
         tags[tag] = {
             "role": t.role.value, "detectors": {k: s.to_dict() for k, s in t.detectors.items()},
             "open": {k: [_finding_plain(f) for f in fs] for k, fs in t.open.items()},
-            "step": _array(t.step), "value": _array(t.value), "points": t.points, "finite": t.finite,
+            "step": _array(t.step), "value": _array(t.value), "points": t.points, "last_step": t.last_step, "finite": t.finite,
             "first_step": t.first_step, "head": _array(t.head), "best": t.best, "best_step": t.best_step, "peak": t.peak,
             "last_finite": t.last_finite, "anchors": {k: [_array(s), _array(v)] for k, (s, v) in t.anchors.items()},
         }
@@ -735,13 +779,14 @@ def _plain(state: RunState) -> dict:
     }
 
 
-def _run_state(d: dict) -> RunState:
+def _run_state(d: dict, _unarray) -> RunState:
     tags = {}
     for tag, x in d["tags"].items():
         tags[tag] = TagState(
             role=Role(x["role"]), detectors={k: _STATE_TYPES[k].from_dict(s) for k, s in x["detectors"].items()},
             open={k: [_finding(f) for f in fs] for k, fs in x["open"].items()},
-            step=_unarray(x["step"]), value=_unarray(x["value"]), points=x["points"], finite=x["finite"],
+            step=_unarray(x["step"]), value=_unarray(x["value"]), points=x["points"], last_step=x["last_step"],
+            finite=x["finite"],
             first_step=x["first_step"], head=_unarray(x["head"]), best=x["best"], best_step=x["best_step"], peak=x["peak"],
             last_finite=x["last_finite"], anchors={k: (_unarray(s), _unarray(v)) for k, (s, v) in x["anchors"].items()},
         )
