@@ -31,9 +31,10 @@ from __future__ import annotations
 import copy
 import json
 import math
+import typing
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -59,7 +60,7 @@ from analyzers.restarts import RestartDetector
 from analyzers.roles import Role, assign_roles
 from analyzers.series import Resume, RunSeries, Series, TagWrites, current_view, logging_interval, resume_steps
 from analyzers.spikes import LossSpikeDetector, SpikeState
-from analyzers.stream import StreamState
+from analyzers.stream import StreamState, _hints, _of_states, _required
 from analyzers.trend import DivergenceDetector, DivergenceState
 
 TAIL_POINTS = 4096  # points of each tag's current view the state keeps
@@ -726,6 +727,39 @@ def _unarray(d: dict, arrays: memoryview) -> np.ndarray:
     return np.frombuffer(arrays[d["at"] : d["at"] + d["n"]], dtype=np.dtype(d["dtype"])).copy()
 
 
+def _detector_plain(x: Any, pack) -> Any:
+    """A detector's state as `StreamState.to_dict` gives it, but its arrays packed as bytes
+    (a spike detector's state holds a few hundred points)."""
+    if isinstance(x, StreamState):
+        return {f.name: _detector_plain(getattr(x, f.name), pack) for f in fields(x)}
+    if isinstance(x, np.ndarray):
+        return {"@": pack(x)}
+    if isinstance(x, tuple):
+        return [_detector_plain(v, pack) for v in x]
+    return x.item() if isinstance(x, np.generic) else x
+
+
+def _detector_state(cls: type, data: dict, unpack) -> Any:
+    """The inverse of `_detector_plain`, typed by the state class's fields."""
+    hints = _hints(cls)
+    values = {}
+    for f in fields(cls):
+        raw, hint = data[f.name], _required(hints[f.name])
+        if raw is None:
+            values[f.name] = None
+        elif isinstance(hint, type) and issubclass(hint, StreamState):
+            values[f.name] = _detector_state(hint, raw, unpack)
+        elif isinstance(raw, dict) and "@" in raw:
+            values[f.name] = unpack(raw["@"])
+        elif isinstance(raw, list) and _of_states(hint):
+            values[f.name] = tuple(_detector_state(typing.get_args(hint)[0], v, unpack) for v in raw)
+        elif isinstance(raw, list):
+            values[f.name] = tuple(raw)
+        else:
+            values[f.name] = raw
+    return cls(**values)
+
+
 def _finding_plain(f: Finding) -> dict:
     return {
         "kind": f.kind.value, "tag": f.tag, "severity": int(f.severity), "start_step": f.start_step, "message": f.message,
@@ -755,7 +789,7 @@ def _plain(state: RunState, _array) -> dict:
     tags = {}
     for tag, t in state.tags.items():
         tags[tag] = {
-            "role": t.role.value, "detectors": {k: s.to_dict() for k, s in t.detectors.items()},
+            "role": t.role.value, "detectors": {k: _detector_plain(s, _array) for k, s in t.detectors.items()},
             "open": {k: [_finding_plain(f) for f in fs] for k, fs in t.open.items()},
             "step": _array(t.step), "value": _array(t.value), "points": t.points, "last_step": t.last_step, "finite": t.finite,
             "first_step": t.first_step, "head": _array(t.head), "best": t.best, "best_step": t.best_step, "peak": t.peak,
@@ -783,7 +817,7 @@ def _run_state(d: dict, _unarray) -> RunState:
     tags = {}
     for tag, x in d["tags"].items():
         tags[tag] = TagState(
-            role=Role(x["role"]), detectors={k: _STATE_TYPES[k].from_dict(s) for k, s in x["detectors"].items()},
+            role=Role(x["role"]), detectors={k: _detector_state(_STATE_TYPES[k], s, _unarray) for k, s in x["detectors"].items()},
             open={k: [_finding(f) for f in fs] for k, fs in x["open"].items()},
             step=_unarray(x["step"]), value=_unarray(x["value"]), points=x["points"], last_step=x["last_step"],
             finite=x["finite"],
