@@ -184,3 +184,29 @@ def test_nothing_new_reads_nothing(store, tmp_path):
         saved = streams.load_state(conn, run.id)
         assert streams.new_writes(conn, run.id, saved.positions)[0] == {}
         assert incremental.advance(conn, run, AnalysisConfig()).advance.points == saved.points == 3 * 1990
+
+
+def test_http_appends_and_a_rollback_feed_only_new_points(store_url, monkeypatch):
+    """Each post is analysed at once (analysis_interval 0) from the saved state; a rollback
+    posted over HTTP replays and resolves the spike it rewrote, as a one-shot analysis says."""
+    from tests.service_helpers import service
+
+    loss = curve(3000)
+    loss[2500:] *= 1.8  # a step up still firing when the rollback comes
+    no_whole_run_reads(monkeypatch)
+    with service(store_url, analysis_interval=0.0) as client:
+        for a in range(0, 3000, 250):
+            body = {"points": [{"step": s, "tag": "train/loss", "value": float(loss[s])} for s in range(a, a + 250)]}
+            assert client.post("/v1/runs/h/points", json=body).json()["analysis"] == "done"
+        fired = client.get("/v1/runs/h").json()
+        out = client.post("/v1/runs/h/rollback", json={"to_step": 2400}).json()
+        assert out["analysis"] == "done"
+        gone = [c for c in out["alerts"] if c["change"] == "resolved" and c["alert"]["kind"] == "loss_spike"]
+        assert [c["alert"]["start_step"] for c in gone] == [2500], fired
+    monkeypatch.undo()
+    store = open_store(store_url)
+    try:
+        run, want, health, stored = batch_view(store, "h")
+        assert {i: stored[i].finding for i in want} == want and run.health == health
+    finally:
+        store.close()
