@@ -29,6 +29,7 @@ feeds again from a saved state that had not reached those steps (a checkpoint).
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import math
 import typing
@@ -144,6 +145,7 @@ class RunState:
     shown: list[tuple[str, str, int]] = field(default_factory=list)  # (tag, kind, start) of the last open findings
     tally: HealthTally = field(default_factory=HealthTally)
     points: int = 0  # points fed, all tags
+    config: str = ""  # `config_key` of the settings it was fed with
 
     def fed(self) -> dict[str, int]:
         """The last step fed of each tag: a saved state can replay writes after these."""
@@ -152,6 +154,11 @@ class RunState:
 
 def start_run() -> RunState:
     return RunState()
+
+
+def config_key(config: AnalysisConfig) -> str:
+    """Which settings a state was fed with: a state fed with others must start again."""
+    return hashlib.sha256(repr(config).encode()).hexdigest()[:16]
 
 
 # -- detectors per role -----------------------------------------------------------------
@@ -206,6 +213,7 @@ def feed_run(
     when the writes rewrite steps the state has passed.  `state` is not changed."""
     _check(state, writes, resumes)
     state = _copy(state)
+    state.config = config_key(config)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         views = _record_resumes(state, writes, resumes)
         roles = assign_roles([t for t in writes if t not in state.tags], config.roles, run)
@@ -234,6 +242,7 @@ def _copy(state: RunState) -> RunState:
         shown=list(state.shown),
         tally=HealthTally(t.spikes, t.largest, t.above_band, {k: list(v) for k, v in t.still_up.items()}, dict(t.first)),
         points=state.points,
+        config=state.config,
     )
 
 
@@ -810,6 +819,7 @@ def _plain(state: RunState, _array) -> dict:
         "tally": {"spikes": tally.spikes, "largest": tally.largest, "above_band": tally.above_band,
                   "still_up": tally.still_up, "first": tally.first},
         "points": state.points,
+        "config": state.config,
     }
 
 
@@ -841,4 +851,5 @@ def _run_state(d: dict, _unarray) -> RunState:
         shown=[tuple(x) for x in d["shown"]],
         tally=HealthTally(t["spikes"], largest, t["above_band"], {k: list(v) for k, v in t["still_up"].items()}, first),
         points=d["points"],
+        config=d["config"],
     )

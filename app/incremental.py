@@ -13,7 +13,7 @@ from sqlalchemy.engine import Connection
 from analyzers.config import AnalysisConfig
 from analyzers.findings import Finding
 from analyzers.health import RunHealth
-from analyzers.runstream import NeedsReplay, dumps, feed_run, loads, run_health, start_run
+from analyzers.runstream import NeedsReplay, config_key, dumps, feed_run, loads, run_health, start_run
 from app.analysis import Alert, AnalysisFailed, fingerprint
 from app.store import alerts as stored_alerts
 from app.store import runs as stored_runs
@@ -54,6 +54,8 @@ def advance(conn: Connection, run: StoredRun, config: AnalysisConfig) -> Advance
         shown = _ids(run, state.shown)
         writes, positions = streams.new_writes(conn, run.id, saved.positions if saved else {})
         try:
+            if saved is not None and state.config != config_key(config):
+                raise NeedsReplay({"*": -1})  # fed with other settings: no checkpoint will do, from the start
             new, closed, still = feed_run(state, writes, resumes, config, run.name)
             vanishing = None if saved is None else shown
             replayed = None

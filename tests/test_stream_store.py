@@ -210,3 +210,21 @@ def test_http_appends_and_a_rollback_feed_only_new_points(store_url, monkeypatch
         assert {i: stored[i].finding for i in want} == want and run.health == health
     finally:
         store.close()
+
+
+def test_other_settings_start_the_analysis_again(store, tmp_path):
+    (tmp_path / "r").mkdir()
+    events = tmp_path / "r" / "events.out.tfevents.1"
+    write_events(events, [])
+    tags = run_tags(3000)
+    append(events, 0, {t: v[:2000] for t, v in tags.items()})
+    scan(store, [str(tmp_path)])
+    append(events, 2000, {t: v[2000:] for t, v in tags.items()})
+    strict = AnalysisConfig.from_mapping({"incident_steps": 0, "spikes": {"z": 12.0}})
+    scan(store, [str(tmp_path)], config=strict)
+    with store.read() as conn:
+        [run] = stored_runs.find_runs(conn, "r")
+        alerts, health = assess_writes(run.source, run.name, stored_runs.load_writes(conn, run.id), (), strict)
+        stored = stored_alerts.load_alerts(conn, run.id)
+    assert {a.id: stored[a.id].finding for a in alerts} == {a.id: a.to_dict() for a in alerts}
+    assert run.health == health.to_dict()
