@@ -308,10 +308,13 @@ def _record_resumes(state: RunState, writes: Mapping[str, TagWrites], resumes: t
 
 
 def _windows(state: RunState, views: dict[str, tuple[np.ndarray, np.ndarray]], tail_points: int):
-    """The new points cut by step into windows of at most tail_points/4 points per tag, cut
-    where each tag's count since its first point reaches a multiple of that (so the cuts do
-    not depend on how the run was split into feeds)."""
+    """The new points cut by step into windows of at most tail_points/4 points per tag (a
+    feed that small is one), cut where each tag's count since its first point reaches a
+    multiple of that."""
     size = max(1, tail_points // 4)
+    if all(len(step) <= size for step, _ in views.values()):
+        yield {tag: v for tag, v in views.items() if len(v[0])}  # a small feed: one window
+        return
     cuts = set()
     for tag, (step, _) in views.items():
         done = state.tags[tag].points

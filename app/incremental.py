@@ -70,7 +70,7 @@ def advance(conn: Connection, run: StoredRun, config: AnalysisConfig) -> Advance
         log.exception("analysis failed", extra={"source": run.source, "run": run.name})
         raise AnalysisFailed(run.source, run.name, e) from e
     alerts = [_alert(run, f) for f in closed + still]
-    latest = max((c.points for c in streams.checkpoints(conn, run.id) if replayed is None or c.points <= replayed), default=0)
+    latest = streams.latest_checkpoint(conn, run.id, replayed)
     step = Advance(
         dumps(new), positions, saved.version if saved else None, new.points, new.fed(),
         checkpoint=new.points - latest >= streams.CHECKPOINT_POINTS, replayed_from=replayed,

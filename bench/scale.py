@@ -143,9 +143,15 @@ def rescan_table(sizes: list[int], work: Path) -> None:
         print(f"new path (warm) growth exponent {t0:,} -> {t1:,} steps: {math.log(s1 / s0) / math.log(t1 / t0):.2f}")
 
 
-def _old_reassess(store, name: str) -> None:
+def tick(store, name: str, new: Points, how: str) -> None:
+    """One run's share of a cron tick, as a scan does it: the new points stored and the run
+    analysed in one transaction (old: the whole run re-analysed)."""
     with store.write() as conn:
         run = stored_runs.lock_run(conn, "bench", name, time.time())
+        run = store_points(conn, run, new, np.zeros(len(new), np.int32), (), RunState(), time.time())
+        if how == "new":
+            reassess(conn, run, AnalysisConfig(), (), time.time())
+            return
         alerts, health = assess_writes(run.source, run.name, stored_runs.load_writes(conn, run.id),
                                        stored_runs.load_resumes(conn, run.id))
         apply(conn, run, Assessment(run.points, run.last_step, alerts, health=health.to_dict()), (), time.time())
@@ -166,8 +172,7 @@ def cron_table(runs: int, work: Path) -> None:
         store = open_store(f"sqlite:///{work}/{path}")
         start = time.perf_counter()
         for i, name in enumerate(names):
-            grow(store, name, 5000, 100, TAGS4, seed=i + 1)
-            analyse(store, name) if how == "new" else _old_reassess(store, name)
+            tick(store, name, points(5000, 100, TAGS4, i + 1), how)
         times[how] = time.perf_counter() - start
         store.close()
     print(f"{'path':>6} {'tick s':>8} {'per run ms':>11}")
@@ -178,14 +183,15 @@ def cron_table(runs: int, work: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--big", action="store_true", help="add T = 1M, 3M and 10M steps")
-    parser.add_argument("--sizes", help="comma-separated T values (overrides the defaults)")
+    parser.add_argument("--sizes", help="comma-separated T values (overrides the defaults; empty: no rescan table)")
     parser.add_argument("--runs", type=int, default=1000, help="runs in the cron tick (0: skip it)")
     args = parser.parse_args()
     sizes = [10_000, 100_000, 300_000] + ([1_000_000, 3_000_000, 10_000_000] if args.big else [])
-    if args.sizes:
-        sizes = [int(s) for s in args.sizes.split(",")]
+    if args.sizes is not None:
+        sizes = [int(s) for s in args.sizes.split(",") if s]
     with tempfile.TemporaryDirectory(prefix="losswatch-scale-") as tmp:
-        rescan_table(sizes, Path(tmp))
+        if sizes:
+            rescan_table(sizes, Path(tmp))
         if args.runs:
             cron_table(args.runs, Path(tmp))
 

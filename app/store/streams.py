@@ -77,27 +77,32 @@ def new_writes(
     conn: Connection, run_id: int, positions: dict[str, tuple[int, int]]
 ) -> tuple[dict[str, TagWrites], dict[str, tuple[int, int]]]:
     """The writes stored since `positions`, per tag in write order, and the positions after
-    them.  A tag's last chunk may have grown since (small appends go into it): only its
-    writes past those fed are new."""
-    out: dict[str, TagWrites] = {}
+    them (one query: each tag's chunks from its last one fed on).  A tag's last chunk may
+    have grown since (small appends go into it): only its writes past those fed are new."""
+    ids = _tag_ids(conn, run_id)
+    if not ids:
+        return {}, dict(positions)
+    since = [
+        sa.and_(chunk_table.c.tag_id == tag_id, chunk_table.c.id >= positions.get(name, (0, 0))[0])
+        for name, tag_id in ids
+    ]
+    query = (
+        sa.select(chunk_table.c.tag_id, chunk_table.c.id, chunk_table.c.count, chunk_table.c.data)
+        .where(sa.or_(*since))
+        .order_by(chunk_table.c.tag_id, chunk_table.c.id)
+    )
+    names = {tag_id: name for name, tag_id in ids}
+    pieces: dict[str, list] = {}
     after = dict(positions)
-    for name, tag_id in _tag_ids(conn, run_id):
+    for tag_id, cid, count, data in conn.execute(query):
+        name = names[tag_id]
         chunk_id, fed = positions.get(name, (0, 0))
-        query = (
-            sa.select(chunk_table.c.id, chunk_table.c.count, chunk_table.c.data)
-            .where(chunk_table.c.tag_id == tag_id, chunk_table.c.id >= chunk_id)
-            .order_by(chunk_table.c.id)
-        )
-        pieces = []
-        for cid, count, data in conn.execute(query):
-            skip = fed if cid == chunk_id else 0
-            if count > skip:
-                step, segment, _, value = chunks.unpack(data, count)
-                pieces.append((step[skip:], value[skip:], segment[skip:]))
-            after[name] = (cid, count)
-        if pieces:
-            out[name] = _joined(pieces)
-    return out, after
+        skip = fed if cid == chunk_id else 0
+        if count > skip:
+            step, segment, _, value = chunks.unpack(data, count)
+            pieces.setdefault(name, []).append((step[skip:], value[skip:], segment[skip:]))
+        after[name] = (cid, count)
+    return {name: _joined(pieces[name]) for name, _ in ids if name in pieces}, after
 
 
 def writes_after(conn: Connection, run_id: int, fed: dict[str, int]) -> tuple[dict[str, TagWrites], dict[str, tuple[int, int]]]:
@@ -142,6 +147,14 @@ def checkpoints(conn: Connection, run_id: int) -> list[Checkpoint]:
         stream_checkpoints.c.run_id == run_id
     )
     return [Checkpoint(i, p, {t: int(s) for t, s in f.items()}) for i, p, f in conn.execute(query.order_by(stream_checkpoints.c.points))]
+
+
+def latest_checkpoint(conn: Connection, run_id: int, upto: int | None = None) -> int:
+    """Points of the run's newest checkpoint (at most `upto`), 0 when none."""
+    query = sa.select(sa.func.max(stream_checkpoints.c.points)).where(stream_checkpoints.c.run_id == run_id)
+    if upto is not None:
+        query = query.where(stream_checkpoints.c.points <= upto)
+    return conn.execute(query).scalar() or 0
 
 
 def checkpoint_data(conn: Connection, checkpoint_id: int) -> bytes:
