@@ -156,26 +156,36 @@ def _unsettling(f: Finding) -> bool:
 
 def _converged(loss: Series, run: RunSeries, plateau: PlateauConfig, config: HealthConfig) -> str | None:
     """Why the loss counts as converged, or None: it learned, and its last window is flat."""
-    s, v = loss.fstep, loss.fvalue
-    if len(v) < 2 * plateau.points:
+    lr = run.with_role(Role.LEARNING_RATE)
+    lr_now = (lr[0].tag, float(lr[0].fvalue[-1]), float(lr[0].fvalue.max())) if lr and len(lr[0].fvalue) else None
+    return converged(loss.tag, loss.fvalue[: plateau.points], len(loss.fvalue), loss.fstep, loss.fvalue, lr_now, plateau, config)
+
+
+def converged(
+    tag: str, head: np.ndarray, count: int, s: np.ndarray, v: np.ndarray, lr: tuple[str, float, float] | None,
+    plateau: PlateauConfig, config: HealthConfig,
+) -> str | None:
+    """`_converged` from what a streaming analysis keeps: the first `plateau.points` finite
+    values (`head`), how many there are (`count`), the latest ones (`s`, `v`, at least the
+    last window) and the first LR tag's (name, last value, peak)."""
+    if count < 2 * plateau.points:
         return None
     start = min(len(v) - plateau.points, int(np.searchsorted(s, s[-1] - plateau.steps)))
     window = v[start:]
     half = len(window) // 2
     earlier, later = float(np.median(window[:half])), float(np.median(window[half:]))
-    first = float(np.median(v[: plateau.points]))
+    first = float(np.median(head))
     point = float(np.median(np.abs(np.diff(window)))) * DIFF_MAD_TO_SIGMA
     sigma = point * 1.2533 * math.sqrt(2 / half)
     if abs(earlier - later) > max(config.tolerance * abs(earlier), 3 * sigma):
         return None
     if not first - later >= config.learned_share * abs(first):
         return None
-    why = f"{loss.tag} fell from {first:.4g} to {later:.4g} and has been flat over its last {int(s[-1] - s[start])} steps"
-    lr = run.with_role(Role.LEARNING_RATE)
-    if lr and len(lr[0].fvalue) and lr[0].fvalue.max() > 0:
-        share = float(lr[0].fvalue[-1] / lr[0].fvalue.max())
+    why = f"{tag} fell from {first:.4g} to {later:.4g} and has been flat over its last {int(s[-1] - s[start])} steps"
+    if lr is not None and lr[2] > 0:
+        share = lr[1] / lr[2]
         if share < 0.5:
-            why += f", as {lr[0].tag} decayed to {share:.1%} of its peak"
+            why += f", as {lr[0]} decayed to {share:.1%} of its peak"
     return why
 
 

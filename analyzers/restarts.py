@@ -28,9 +28,11 @@ class RestartDetector:
         self.config = config
 
     def detect(self, run: RunSeries, spikes: list[Finding]) -> list[Finding]:
-        return [self._finding(run, resume, spikes) for resume in run.resumes]
+        return [self.finding(run, resume, spikes) for resume in run.resumes]
 
-    def _finding(self, run: RunSeries, resume: Resume, spikes: list[Finding]) -> Finding:
+    def finding(self, run: RunSeries, resume: Resume, spikes: list[Finding]) -> Finding:
+        """One resume's finding: `run.writes` need hold only the writes around it (the
+        streaming analysis keeps just those)."""
         c = self.config
         notes, evidence = [], {"from_step": resume.from_step, "to_step": resume.to_step, "segment": resume.segment}
         for lr in run.with_role(Role.LEARNING_RATE):

@@ -12,6 +12,7 @@ keep it."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import types
@@ -67,7 +68,7 @@ class StreamState:
 
     @classmethod
     def from_dict(cls: type[S], data: dict[str, Any]) -> S:
-        hints = typing.get_type_hints(cls)
+        hints = _hints(cls)
         values = {}
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
             raw, hint = data[f.name], _required(hints[f.name])
@@ -84,6 +85,12 @@ class StreamState:
             else:
                 values[f.name] = _number(raw)
         return cls(**values)
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """A state class's field types (evaluated once: the store loads states on every append)."""
+    return typing.get_type_hints(cls)
 
 
 class Streaming(Protocol[S]):

@@ -14,10 +14,10 @@ import numpy as np
 from sqlalchemy.engine import Connection
 
 from analyzers.config import AnalysisConfig
-from app import liveness
+from app import incremental, liveness
 from app.alerts.lifecycle import AlertRecord, Event, State, evaluate
 from app.alerts.receivers import route
-from app.analysis import Alert, AnalysisFailed, assess_writes
+from app.analysis import Alert, AnalysisFailed
 from app.ingest.logdir import RunState
 from app.ingest.points import Points
 from app.ingest.restarts import Rollback
@@ -72,6 +72,8 @@ class Assessment:
     current: list[Alert]
     error: str | None = None
     health: dict | None = None  # the run's health summary (analyzers/health.py)
+    stream: incremental.Advance | None = None  # the streaming state it reached, saved when applied
+    vanishing: frozenset[str] | None = None  # alerts whose absence means "no longer seen" (None: any)
 
 
 @dataclass(frozen=True)
@@ -83,16 +85,16 @@ class Applied:
 
 
 def assess(conn: Connection, run: StoredRun, config: AnalysisConfig) -> Assessment:
-    """Analyse the whole stored run.  Reads only: the service runs it outside the write
-    lock, so a slow analysis never holds up other runs' appends."""
+    """Feed the writes stored since the run's last analysis to its streaming state (only
+    those are read).  Reads only: the service runs it outside the write lock, so a slow
+    analysis never holds up other runs' appends."""
     run = stored_runs.get_run(conn, run.id)  # the row and the points from one snapshot
-    writes = stored_runs.load_writes(conn, run.id)
-    resumes = stored_runs.load_resumes(conn, run.id)
     try:
-        alerts, health = assess_writes(run.source, run.name, writes, resumes, config)
+        done = incremental.advance(conn, run, config)
     except AnalysisFailed as e:
         return Assessment(run.points, run.last_step, [], error=e.reason)
-    return Assessment(run.points, run.last_step, alerts, health=health.to_dict())
+    return Assessment(run.points, run.last_step, done.alerts, health=done.health.to_dict(), stream=done.advance,
+                      vanishing=done.vanishing)
 
 
 def apply(
@@ -113,9 +115,12 @@ def apply(
     if assessment.error is not None:
         conn.execute(runs.update().where(runs.c.id == run.id).values(**done))
         return Applied([], assessment.error)
+    if assessment.stream is not None and not incremental.save(conn, run.id, assessment.stream):
+        return Applied([])  # another analysis of the run was applied meanwhile: the run waits for the next
     stored = stored_alerts.load_alerts(conn, run.id)
     detected = {k: r for k, r in stored.items() if r.kind != liveness.STALE}  # judged by time, below
-    changes = record_changes(conn, run, detected, assessment.current, assessment.last_step, webhooks, now)
+    changes = record_changes(conn, run, detected, assessment.current, assessment.last_step, webhooks, now,
+                             assessment.vanishing)
     done["health"] = assessment.health
     conn.execute(runs.update().where(runs.c.id == run.id).values(analyzed_points=assessment.points, **done))
     return Applied(changes + refresh_liveness(conn, run, config, webhooks, now, stored))
@@ -123,12 +128,14 @@ def apply(
 
 def record_changes(
     conn: Connection, run: StoredRun, stored: dict[str, AlertRecord], current: list[Alert], last_step: int | None,
-    webhooks: Sequence[str], now: float,
+    webhooks: Sequence[str], now: float, vanishing: frozenset[str] | None = None,
 ) -> list[Reported]:
     """Move these alerts along, keep their changes and queue their deliveries (not for
     alerts silenced, by their flag or by an active silence; each receiver spec in `webhooks`
-    gets one message of the changes it routes to); returns the changes to report."""
-    records, events = evaluate(stored, current, last_step, now)
+    gets one message of the changes it routes to); returns the changes to report.
+    `vanishing`: the alerts whose absence from `current` means they are no longer seen
+    (None: any; see `evaluate`)."""
+    records, events = evaluate(stored, current, last_step, now, vanishing)
     stored_alerts.save_alerts(conn, run.id, records)
     reported = list(zip(stored_alerts.add_events(conn, events, now), events))
     quiet = stored_alerts.silenced_ids(conn, [e.record.id for _, e in reported])

@@ -12,7 +12,7 @@ import httpx
 import numpy as np
 from click.testing import CliRunner
 
-from app import analysis
+from app import analysis, incremental
 from app.cli import main
 from app.scan import scan
 from app.store.db import open_store
@@ -68,6 +68,14 @@ def _fail_for(monkeypatch, bad_run: str) -> None:
         return real(run_series, config)
 
     monkeypatch.setattr(analysis, "analyze_run", analyze_run)
+    feed = incremental.feed_run  # the store's path: the streaming analysis of new writes
+
+    def feed_run(state, writes, *args, **kwargs):
+        if "bad/loss" in writes or "bad/loss" in state.tags:
+            raise ValueError(f"detector exploded on {bad_run}")
+        return feed(state, writes, *args, **kwargs)
+
+    monkeypatch.setattr(incremental, "feed_run", feed_run)
 
 
 def test_analyze_reports_the_failed_run_and_analyses_the_others(tmp_path, monkeypatch):

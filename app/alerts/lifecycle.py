@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from analyzers.findings import Kind
+from analyzers.findings import Kind, Severity
 from app.analysis import Alert
 
 
@@ -77,10 +77,17 @@ _INHIBITORS = {Kind.NONFINITE.value, Kind.DIVERGENCE.value}
 
 
 def evaluate(
-    stored: Mapping[str, AlertRecord], current: list[Alert], last_step: int | None, now: float
+    stored: Mapping[str, AlertRecord], current: list[Alert], last_step: int | None, now: float,
+    vanishing: frozenset[str] | None = None,
 ) -> tuple[list[AlertRecord], list[Event]]:
-    """Every alert's record after this evaluation, and the events to report."""
-    inhibited = _inhibitions(current)
+    """Every alert's record after this evaluation, and the events to report.
+
+    `vanishing`: the stored alerts whose absence from `current` means they are no longer
+    seen (the streaming analysis re-reports only what is still open; one final before is
+    left as it is); None: every one (an analysis of the whole run)."""
+    seen = {a.id for a in current}
+    settled = [] if vanishing is None else [r for r in stored.values() if r.id not in seen and r.id not in vanishing]
+    inhibited = _inhibitions(current, settled)
     records: list[AlertRecord] = []
     events: list[Event] = []
     for alert in current:
@@ -89,9 +96,8 @@ def evaluate(
         records.append(record)
         if record.inhibited_by is None:
             events.extend(happened)
-    seen = {a.id for a in current}
     for old in stored.values():
-        if old.id not in seen and old.state is not State.RESOLVED:
+        if old.id not in seen and old.state is not State.RESOLVED and (vanishing is None or old.id in vanishing):
             record = replace(old, state=State.RESOLVED, since_step=last_step, since_time=now)
             records.append(record)
             if old.inhibited_by is None:
@@ -148,18 +154,22 @@ def _fired_at(alert: Alert, last_step: int | None) -> int | None:
     return f.start_step if f.kind is not Kind.LOSS_SPIKE else (f.end_step or last_step)
 
 
-def _inhibitions(current: list[Alert]) -> dict[str, str]:
-    """Spike alert id -> the NaN or divergence alert on its tag that came first and is worse."""
-    by_tag: dict[str, list[Alert]] = {}
+def _inhibitions(current: list[Alert], settled: list[AlertRecord] = ()) -> dict[str, str]:
+    """Spike alert id -> the NaN or divergence alert on its tag that came first and is worse
+    (one in `current`, or a settled one: final in an earlier analysis)."""
+    by_tag: dict[str, list[tuple[int, Severity, str]]] = {}
     for a in current:
         if a.finding.kind.value in _INHIBITORS:
-            by_tag.setdefault(a.finding.tag, []).append(a)
+            by_tag.setdefault(a.finding.tag, []).append((a.finding.start_step, a.finding.severity, a.id))
+    for r in settled:
+        if r.kind in _INHIBITORS:
+            by_tag.setdefault(r.tag, []).append((r.start_step, Severity[r.severity.upper()], r.id))
     out = {}
     for a in current:
         if a.finding.kind is not Kind.LOSS_SPIKE:
             continue
-        for inhibitor in by_tag.get(a.finding.tag, []):
-            if inhibitor.finding.start_step <= a.finding.start_step and inhibitor.finding.severity > a.finding.severity:
-                out[a.id] = inhibitor.id
+        for start, severity, inhibitor in sorted(by_tag.get(a.finding.tag, []), key=lambda x: x[0]):
+            if start <= a.finding.start_step and severity > a.finding.severity:
+                out[a.id] = inhibitor
                 break
     return out

@@ -15,7 +15,7 @@ from analyzers.series import Resume, TagWrites, hidden_by_resumes
 from app.ingest.logdir import RunState
 from app.ingest.points import Points
 from app.ingest.restarts import Rollback, SegmentState
-from app.store import chunks
+from app.store import chunks, streams
 from app.store.schema import alerts, files, rollbacks, runs, tags
 from app.store.schema import chunks as chunk_table
 
@@ -141,6 +141,7 @@ def delete_points(conn: Connection, run_id: int) -> None:
     tag_ids = sa.select(tags.c.id).where(tags.c.run_id == run_id)
     conn.execute(chunk_table.delete().where(chunk_table.c.tag_id.in_(tag_ids)))
     conn.execute(rollbacks.delete().where(rollbacks.c.run_id == run_id))
+    streams.forget(conn, run_id)  # its analysis saw the points replaced
 
 
 def delete_files(conn: Connection, run_id: int) -> None:

@@ -79,6 +79,32 @@ rollbacks = Table(
     Column("tags", JSON),  # the tags it rolls back (a rewrite posted over HTTP); null: every tag
 )
 
+# The run's streaming analysis (analyzers/runstream.py), saved with the points it has seen:
+# compressed JSON, and per tag the last chunk fed and how many of its writes.  `version`
+# counts saves, so an analysis that finished after another one was saved is dropped.
+stream_states = Table(
+    "stream_states",
+    metadata,
+    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("version", BigInteger, nullable=False),
+    Column("points", BigInteger, nullable=False),  # points fed, all tags
+    Column("positions", JSON, nullable=False),  # tag -> [chunk id, writes of it fed]
+    Column("data", LargeBinary, nullable=False),
+)
+
+# Earlier states of it, one every STREAM_CHECKPOINT points: a rollback replays from the
+# newest one that had not reached the rewritten steps.
+stream_checkpoints = Table(
+    "stream_checkpoints",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("points", BigInteger, nullable=False),
+    Column("fed", JSON, nullable=False),  # tag -> last step fed
+    Column("data", LargeBinary, nullable=False),
+    Index("ix_stream_checkpoints_run", "run_id", "points"),
+)
+
 files = Table(
     "files",
     metadata,

@@ -1,0 +1,182 @@
+"""A run's streaming analysis at rest: its state (saved in the transaction that applies the
+analysis, so the state, the alerts and the points it saw commit together), where each
+tag's fed writes end, and the checkpoints a rollback replays from.  Reads here touch only
+the chunks not yet fed (a tag's last one, usually) or, for a replay, those after a
+checkpoint: never the whole run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from analyzers.series import TagWrites
+from app.store import chunks
+from app.store.schema import chunks as chunk_table
+from app.store.schema import stream_checkpoints, stream_states, tags
+
+CHECKPOINT_POINTS = 65536  # a checkpoint every 64 small chunks' worth of points
+CHECKPOINTS_KEPT = 12  # the newest 4 and older ones thinned to a roughly doubling spacing
+
+
+@dataclass(frozen=True)
+class SavedState:
+    data: bytes
+    positions: dict[str, tuple[int, int]]  # tag -> (last chunk fed, writes of it fed)
+    version: int
+    points: int
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    id: int
+    points: int
+    fed: dict[str, int]  # tag -> last step fed
+
+
+def load_state(conn: Connection, run_id: int) -> SavedState | None:
+    row = conn.execute(sa.select(stream_states).where(stream_states.c.run_id == run_id)).first()
+    if row is None:
+        return None
+    positions = {tag: (int(c), int(n)) for tag, (c, n) in row.positions.items()}
+    return SavedState(row.data, positions, row.version, row.points)
+
+
+def save_state(conn: Connection, run_id: int, data: bytes, positions: dict[str, tuple[int, int]], points: int,
+               version: int | None) -> bool:
+    """Save the state an analysis reached from `version` (None: from no state); False, and
+    nothing saved, when another analysis saved one since."""
+    values = {"data": data, "positions": {t: list(p) for t, p in positions.items()}, "points": points}
+    if version is None:
+        if conn.execute(sa.select(stream_states.c.run_id).where(stream_states.c.run_id == run_id)).first():
+            return False
+        conn.execute(stream_states.insert().values(run_id=run_id, version=1, **values))
+        return True
+    moved = conn.execute(
+        stream_states.update()
+        .where(stream_states.c.run_id == run_id, stream_states.c.version == version)
+        .values(version=version + 1, **values)
+    )
+    return moved.rowcount == 1
+
+
+def forget(conn: Connection, run_id: int) -> None:
+    """Drop the state and checkpoints (the run's points were replaced)."""
+    conn.execute(stream_states.delete().where(stream_states.c.run_id == run_id))
+    conn.execute(stream_checkpoints.delete().where(stream_checkpoints.c.run_id == run_id))
+
+
+def _tag_ids(conn: Connection, run_id: int) -> list[tuple[str, int]]:
+    """The run's tags in the order they were first stored (the order a batch read gives)."""
+    return list(conn.execute(sa.select(tags.c.name, tags.c.id).where(tags.c.run_id == run_id).order_by(tags.c.id)).all())
+
+
+def new_writes(
+    conn: Connection, run_id: int, positions: dict[str, tuple[int, int]]
+) -> tuple[dict[str, TagWrites], dict[str, tuple[int, int]]]:
+    """The writes stored since `positions`, per tag in write order, and the positions after
+    them (one query: each tag's chunks from its last one fed on).  A tag's last chunk may
+    have grown since (small appends go into it): only its writes past those fed are new."""
+    ids = _tag_ids(conn, run_id)
+    if not ids:
+        return {}, dict(positions)
+    since = [
+        sa.and_(chunk_table.c.tag_id == tag_id, chunk_table.c.id >= positions.get(name, (0, 0))[0])
+        for name, tag_id in ids
+    ]
+    query = (
+        sa.select(chunk_table.c.tag_id, chunk_table.c.id, chunk_table.c.count, chunk_table.c.data)
+        .where(sa.or_(*since))
+        .order_by(chunk_table.c.tag_id, chunk_table.c.id)
+    )
+    names = {tag_id: name for name, tag_id in ids}
+    pieces: dict[str, list] = {}
+    after = dict(positions)
+    for tag_id, cid, count, data in conn.execute(query):
+        name = names[tag_id]
+        chunk_id, fed = positions.get(name, (0, 0))
+        skip = fed if cid == chunk_id else 0
+        if count > skip:
+            step, segment, _, value = chunks.unpack(data, count)
+            pieces.setdefault(name, []).append((step[skip:], value[skip:], segment[skip:]))
+        after[name] = (cid, count)
+    return {name: _joined(pieces[name]) for name, _ in ids if name in pieces}, after
+
+
+def writes_after(conn: Connection, run_id: int, fed: dict[str, int]) -> tuple[dict[str, TagWrites], dict[str, tuple[int, int]]]:
+    """Every write at a step past `fed` (tag -> last step a checkpoint fed; every write of
+    a tag it has not seen), from the chunks reaching past it, and the positions at the end."""
+    out: dict[str, TagWrites] = {}
+    positions: dict[str, tuple[int, int]] = {}
+    for name, tag_id in _tag_ids(conn, run_id):
+        after = fed.get(name, -1)
+        query = (
+            sa.select(chunk_table.c.count, chunk_table.c.data)
+            .where(chunk_table.c.tag_id == tag_id, chunk_table.c.last_step > after)
+            .order_by(chunk_table.c.id)
+        )
+        pieces = []
+        for count, data in conn.execute(query):
+            step, segment, _, value = chunks.unpack(data, count)
+            keep = step > after
+            pieces.append((step[keep], value[keep], segment[keep]))
+        last = conn.execute(
+            sa.select(chunk_table.c.id, chunk_table.c.count).where(chunk_table.c.tag_id == tag_id)
+            .order_by(chunk_table.c.id.desc()).limit(1)
+        ).first()
+        if last is not None:
+            positions[name] = (int(last.id), int(last.count))
+        if pieces:
+            out[name] = _joined(pieces)
+    return out, positions
+
+
+def _joined(pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> TagWrites:
+    return TagWrites(
+        step=np.concatenate([p[0] for p in pieces]),
+        value=np.concatenate([p[1] for p in pieces]),
+        segment=np.concatenate([p[2] for p in pieces]),
+    )
+
+
+def checkpoints(conn: Connection, run_id: int) -> list[Checkpoint]:
+    """The run's checkpoints, oldest first."""
+    query = sa.select(stream_checkpoints.c.id, stream_checkpoints.c.points, stream_checkpoints.c.fed).where(
+        stream_checkpoints.c.run_id == run_id
+    )
+    return [Checkpoint(i, p, {t: int(s) for t, s in f.items()}) for i, p, f in conn.execute(query.order_by(stream_checkpoints.c.points))]
+
+
+def latest_checkpoint(conn: Connection, run_id: int, upto: int | None = None) -> int:
+    """Points of the run's newest checkpoint (at most `upto`), 0 when none."""
+    query = sa.select(sa.func.max(stream_checkpoints.c.points)).where(stream_checkpoints.c.run_id == run_id)
+    if upto is not None:
+        query = query.where(stream_checkpoints.c.points <= upto)
+    return conn.execute(query).scalar() or 0
+
+
+def checkpoint_data(conn: Connection, checkpoint_id: int) -> bytes:
+    return conn.execute(sa.select(stream_checkpoints.c.data).where(stream_checkpoints.c.id == checkpoint_id)).scalar_one()
+
+
+def add_checkpoint(conn: Connection, run_id: int, data: bytes, points: int, fed: dict[str, int]) -> None:
+    """Keep this state as a checkpoint, and thin the older ones: the newest 4 stay, and of
+    the rest the one closest to its older neighbour goes until CHECKPOINTS_KEPT remain, so
+    the kept ones reach back roughly twice as far with each step back."""
+    conn.execute(stream_checkpoints.insert().values(run_id=run_id, points=points, fed=fed, data=data))
+    kept = checkpoints(conn, run_id)
+    while len(kept) > CHECKPOINTS_KEPT:
+        older = kept[:-4]
+        gaps = [older[i].points - older[i - 1].points for i in range(1, len(older))]
+        drop = older[1 + int(np.argmin(gaps))] if gaps else older[0]
+        conn.execute(stream_checkpoints.delete().where(stream_checkpoints.c.id == drop.id))
+        kept = [c for c in kept if c.id != drop.id]
+
+
+def drop_checkpoints_after(conn: Connection, run_id: int, points: int) -> None:
+    """Checkpoints newer than the one a replay started from saw rewritten steps: gone."""
+    conn.execute(
+        stream_checkpoints.delete().where(stream_checkpoints.c.run_id == run_id, stream_checkpoints.c.points > points)
+    )

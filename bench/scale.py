@@ -1,0 +1,200 @@
+"""What an analysis costs as runs grow (issue 11): the rescan of a stored run after +1,000
+steps and its peak RSS against the run's length T (8 tags), and a cron tick over many runs
+(+100 steps each); the old path (every stored point decompressed and the whole run
+re-analysed: `load_writes` + `assess_writes`) beside the streaming one (`app.incremental`:
+the saved state and the new writes only), in the same run, on SQLite.
+
+    .venv/bin/python bench/scale.py                 # T = 10k, 100k, 300k; 1,000 runs
+    .venv/bin/python bench/scale.py --big           # T up to 10M (several minutes per size)
+    .venv/bin/python bench/scale.py --runs 200 --sizes 10000,100000
+
+Each rescan is measured in a fresh process, so its peak RSS is its own; "baseline" is such
+a process that only imports and opens the store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import multiprocessing
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from analyzers.config import AnalysisConfig  # noqa: E402
+from app import incremental  # noqa: E402
+from app.analysis import assess_writes  # noqa: E402
+from app.ingest.logdir import RunState  # noqa: E402
+from app.ingest.points import Points  # noqa: E402
+from app.store import runs as stored_runs  # noqa: E402
+from app.store.db import open_store  # noqa: E402
+from app.updates import Assessment, apply, reassess, store_points  # noqa: E402
+
+TAGS8 = ("train/loss", "train/grad_norm", "train/lr", "eval/loss", "loss_scale", "train/accuracy", "throughput", "tokens")
+TAGS4 = TAGS8[:4]
+BATCH_STEPS = 250_000  # steps stored per transaction while building a run
+
+
+def points(first: int, n: int, tags: tuple[str, ...], seed: int) -> Points:
+    """n steps of a healthy run from step `first`: every tag at every step."""
+    rng = np.random.default_rng(seed * 7919 + first)
+    step = np.arange(first, first + n, dtype=np.int64)
+    loss = (2 + 3 * np.exp(-step / 3000.0)) * (1 + 0.02 * rng.standard_normal(n))
+    columns = {
+        "train/loss": loss, "train/grad_norm": 0.5 * np.exp(0.1 * rng.standard_normal(n)), "train/lr": np.full(n, 3e-4),
+        "eval/loss": loss * 1.05, "loss_scale": np.full(n, 65536.0), "train/accuracy": 1 - loss / 6,
+        "throughput": 1000 + rng.standard_normal(n), "tokens": step * 4096.0,
+    }
+    k = len(tags)
+    return Points(
+        tags=tags,
+        tag=np.tile(np.arange(k, dtype=np.int32), n),
+        step=np.repeat(step, k),
+        wall_time=np.repeat(1.7e9 + step * 0.3, k),
+        value=np.stack([columns[t] for t in tags], axis=1).ravel(),
+    )
+
+
+def grow(store, name: str, first: int, n: int, tags: tuple[str, ...], seed: int = 0) -> None:
+    for a in range(first, first + n, BATCH_STEPS):
+        p = points(a, min(BATCH_STEPS, first + n - a), tags, seed)
+        with store.write() as conn:
+            run = stored_runs.lock_run(conn, "bench", name, time.time())
+            store_points(conn, run, p, np.zeros(len(p), np.int32), (), RunState(), time.time())
+
+
+def analyse(store, name: str) -> float:
+    """The analysis a scan runs after storing points (state saved): seconds."""
+    start = time.perf_counter()
+    with store.write() as conn:
+        run = stored_runs.lock_run(conn, "bench", name, time.time())
+        reassess(conn, run, AnalysisConfig(), (), time.time())
+    return time.perf_counter() - start
+
+
+def _measure(url: str, name: str, how: str, out) -> None:
+    store = open_store(url)
+    seconds = []
+    for _ in range(3 if how != "none" else 1):  # the first in a fresh process (a cron scan), then warm (the service)
+        start = time.perf_counter()
+        with store.read() as conn:
+            [run] = stored_runs.find_runs(conn, name, "bench")
+            if how == "old":
+                assess_writes(run.source, run.name, stored_runs.load_writes(conn, run.id), stored_runs.load_resumes(conn, run.id))
+            elif how == "new":
+                incremental.advance(conn, run, AnalysisConfig())
+        seconds.append(time.perf_counter() - start)
+    out.put((seconds[0], min(seconds), peak_rss_mb()))
+
+
+def peak_rss_mb() -> float:
+    """This process's peak RSS.  VmHWM, not getrusage's ru_maxrss: a spawned child's
+    ru_maxrss starts from the forked parent's (Linux keeps it across exec)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measured(url: str, name: str, how: str) -> tuple[float, float, float]:
+    """(seconds cold, seconds warm, peak RSS MB) of a rescan in a fresh process: its first,
+    and the best of three."""
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    p = ctx.Process(target=_measure, args=(url, name, how, out))
+    p.start()
+    result = out.get()
+    p.join()
+    return result
+
+
+def rescan_table(sizes: list[int], work: Path) -> None:
+    print("\nRescan after +1,000 steps (8 tags), SQLite; each in a fresh process")
+    print(f"{'T steps':>10} {'points':>11} {'first analysis s':>17} {'old s':>8} {'new ms':>8} {'new warm ms':>12}"
+          f" {'old RSS MB':>11} {'new RSS MB':>11}")
+    base = None
+    rows = []
+    for t in sizes:
+        url = f"sqlite:///{work}/scale-{t}.db"
+        store = open_store(url)
+        grow(store, "r", 0, t, TAGS8)
+        first = analyse(store, "r")  # builds the streaming state (a first scan)
+        grow(store, "r", t, 1000, TAGS8, seed=1)
+        store.close()
+        if base is None:
+            base = measured(url, "r", "none")[2]
+        old_s, _, old_rss = measured(url, "r", "old")
+        new_s, new_warm, new_rss = measured(url, "r", "new")
+        rows.append((t, new_warm))
+        print(f"{t:>10,} {8 * (t + 1000):>11,} {first:>17.2f} {old_s:>8.3f} {1000 * new_s:>8.1f} {1000 * new_warm:>12.1f}"
+              f" {old_rss:>11.0f} {new_rss:>11.0f}", flush=True)
+        Path(f"{work}/scale-{t}.db").unlink()
+    print(f"baseline process (imports, store open): {base:.0f} MB")
+    if len(rows) > 1:
+        (t0, s0), (t1, s1) = rows[0], rows[-1]
+        print(f"new path (warm) growth exponent {t0:,} -> {t1:,} steps: {math.log(s1 / s0) / math.log(t1 / t0):.2f}")
+
+
+def tick(store, name: str, new: Points, how: str) -> None:
+    """One run's share of a cron tick, as a scan does it: the new points stored and the run
+    analysed in one transaction (old: the whole run re-analysed)."""
+    with store.write() as conn:
+        run = stored_runs.lock_run(conn, "bench", name, time.time())
+        run = store_points(conn, run, new, np.zeros(len(new), np.int32), (), RunState(), time.time())
+        if how == "new":
+            reassess(conn, run, AnalysisConfig(), (), time.time())
+            return
+        alerts, health = assess_writes(run.source, run.name, stored_runs.load_writes(conn, run.id),
+                                       stored_runs.load_resumes(conn, run.id))
+        apply(conn, run, Assessment(run.points, run.last_step, alerts, health=health.to_dict()), (), time.time())
+
+
+def cron_table(runs: int, work: Path) -> None:
+    print(f"\nCron tick: {runs:,} runs x 4 tags x 5,000 steps, +100 steps each, SQLite")
+    url = f"sqlite:///{work}/cron.db"
+    store = open_store(url)
+    names = [f"run{i:05d}" for i in range(runs)]
+    for i, name in enumerate(names):
+        grow(store, name, 0, 5000, TAGS4, seed=i)
+        analyse(store, name)
+    store.close()
+    shutil.copy(f"{work}/cron.db", f"{work}/cron-old.db")
+    times = {}
+    for how, path in (("new", "cron.db"), ("old", "cron-old.db")):
+        store = open_store(f"sqlite:///{work}/{path}")
+        start = time.perf_counter()
+        for i, name in enumerate(names):
+            tick(store, name, points(5000, 100, TAGS4, i + 1), how)
+        times[how] = time.perf_counter() - start
+        store.close()
+    print(f"{'path':>6} {'tick s':>8} {'per run ms':>11}")
+    for how in ("old", "new"):
+        print(f"{how:>6} {times[how]:>8.2f} {1000 * times[how] / runs:>11.1f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--big", action="store_true", help="add T = 1M, 3M and 10M steps")
+    parser.add_argument("--sizes", help="comma-separated T values (overrides the defaults; empty: no rescan table)")
+    parser.add_argument("--runs", type=int, default=1000, help="runs in the cron tick (0: skip it)")
+    args = parser.parse_args()
+    sizes = [10_000, 100_000, 300_000] + ([1_000_000, 3_000_000, 10_000_000] if args.big else [])
+    if args.sizes is not None:
+        sizes = [int(s) for s in args.sizes.split(",") if s]
+    with tempfile.TemporaryDirectory(prefix="losswatch-scale-") as tmp:
+        if sizes:
+            rescan_table(sizes, Path(tmp))
+        if args.runs:
+            cron_table(args.runs, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""The run-level streaming analysis (analyzers/runstream.py): any split of a run into
+appends, one-point appends and rollbacks included, gives the findings and the health of a
+one-shot analysis of the whole run, and the state it keeps stays bounded."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from analyzers.analyze import analyze_run
+from analyzers.findings import SpikeClass
+from analyzers.health import run_health as batch_health
+from analyzers.runstream import NeedsReplay, RunState, dumps, feed_run, loads, run_health, start_run
+from analyzers.series import Resume, TagWrites, prepare_run
+from app.analysis import tag_writes
+from app.ingest.sources import read_path
+from tests.conftest import REPO
+from tests.curves import clean_curve, labelled_corpus, plant_spike, plant_stalled_lr
+
+SAMPLES = {
+    name: (tag_writes(run), tuple(Resume(r.from_step, r.to_step, r.segment, r.wall_time, r.tags) for r in run.rollbacks))
+    for name, run in read_path(str(REPO / "sample_runs")).runs.items()
+}
+CORPUS = labelled_corpus(0)[::5]
+
+
+def _norm(findings) -> list[tuple]:
+    return sorted((f.start_step, f.kind.value, f.tag, f.message, f.remediation, f.severity, f.end_step, f.ongoing,
+                   f.classification, repr(sorted(f.evidence.items()))) for f in findings)
+
+
+def stream(writes: dict[str, TagWrites], resumes: tuple[Resume, ...], cuts: list[float], tail: int = 4096):
+    """Feed a run cut at `cuts` (shares of each tag's writes), the state through its stored
+    form between feeds; a feed that rewrites steps already analysed starts again from the
+    newest earlier state that had not reached them, as the store does.  Returns the last
+    state, every finding returned (the final ones once, the open ones of the last feed) and
+    the open ones."""
+    state, saved, shown, open_ = start_run(), [start_run()], {}, []
+    done = dict.fromkeys(writes, 0)
+    for share in [*cuts, 1.0]:
+        upto = {t: int(round(share * len(w.step))) for t, w in writes.items()}
+        new = {t: _part(w, done[t], upto[t]) for t, w in writes.items() if upto[t] > done[t]}
+        segment = max((int(w.segment[: upto[t]].max()) for t, w in writes.items() if upto[t]), default=0)
+        known = tuple(r for r in resumes if r.segment <= segment)
+        try:
+            state, closed, open_ = feed_run(state, new, known, tail_points=tail)
+        except NeedsReplay as e:
+            base = next(s for s in reversed(saved) if all(t not in s.tags or s.tags[t].fed < at for t, at in e.rewrites.items()))
+            fed = base.fed()
+            again = {t: _after(w, upto[t], fed.get(t, -1)) for t, w in writes.items()}
+            state, closed, open_ = feed_run(base, {t: w for t, w in again.items() if len(w.step)}, known, tail_points=tail)
+        state = loads(dumps(state))
+        shown.update({(f.tag, f.kind.value, f.start_step): f for f in closed})
+        saved.append(state)
+        done = upto
+    return state, list(shown.values()) + open_, open_
+
+
+def _part(w: TagWrites, a: int, b: int) -> TagWrites:
+    return TagWrites(w.step[a:b], w.value[a:b], w.segment[a:b])
+
+
+def _after(w: TagWrites, upto: int, fed: int) -> TagWrites:
+    keep = w.step[:upto] > fed
+    return TagWrites(w.step[:upto][keep], w.value[:upto][keep], w.segment[:upto][keep])
+
+
+def _one_shot(writes, resumes, name="", tail=4096):
+    state, found, open_ = stream(writes, resumes, [], tail)
+    return _norm(found), run_health(state, open_).to_dict()
+
+
+def _batch(writes, resumes, name=""):
+    prepared = prepare_run(writes, resumes, None, name)
+    findings = analyze_run(prepared)
+    return _norm(findings), batch_health(prepared, findings).to_dict()
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_one_shot_stream_is_the_batch_analysis_of_each_sample_run(name):
+    writes, resumes = SAMPLES[name]
+    assert _one_shot(writes, resumes, name) == _batch(writes, resumes, name)
+
+
+cuts = st.lists(st.floats(0.001, 0.999), min_size=1, max_size=12).map(sorted)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(sorted(SAMPLES)), cuts)
+def test_any_split_of_a_sample_run_finds_what_one_shot_finds(name, shares):
+    writes, resumes = SAMPLES[name]
+    state, found, open_ = stream(writes, resumes, shares)
+    assert (_norm(found), run_health(state, open_).to_dict()) == _batch(writes, resumes, name)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, len(CORPUS) - 1), cuts)
+def test_any_split_of_a_generated_curve_finds_what_one_shot_finds(i, shares):
+    curve = CORPUS[i]
+    writes = curve.writes()
+    state, found, open_ = stream(writes, curve.resumes, shares)
+    assert (_norm(found), run_health(state, open_).to_dict()) == _batch(writes, curve.resumes)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, len(CORPUS) - 1), cuts)
+def test_a_short_tail_settles_findings_the_same_in_any_split(i, shares):
+    """With a tail of 256 points, findings become final (and anchors carry the onsets)
+    many times over a run: still the same in any split."""
+    curve = CORPUS[i]
+    writes = curve.writes()
+    state, found, open_ = stream(writes, curve.resumes, shares, tail=256)
+    one_state, one_found, one_open = stream(writes, curve.resumes, [], tail=256)
+    assert _norm(found) == _norm(one_found)
+    assert run_health(state, open_).to_dict() == run_health(one_state, one_open).to_dict()
+
+
+def test_one_point_appends_find_what_one_shot_finds():
+    curve = clean_curve(7, points=1200)
+    plant_spike(curve, 1100, SpikeClass.FAST_RECOVERING, np.random.default_rng(7))
+    writes = curve.writes()
+    n = len(curve.steps)
+    shares = [k / n for k in range(1000, n)]  # the last 200 points one at a time
+    state, found, open_ = stream(writes, (), shares)
+    assert (_norm(found), run_health(state, open_).to_dict()) == _batch(writes, ())
+
+
+def test_a_zero_lr_found_after_the_tail_moved_on_is_judged_on_the_loss_it_began_with():
+    """The plateau's "level then" is the loss at the LR's fall, kept as an anchor: with a
+    tail of 512 points the cause is only confirmed 1000 steps later."""
+    curve = clean_curve(3, points=3000)
+    plant_stalled_lr(curve, 1200)
+    writes = curve.writes()
+    found = _norm(stream(writes, (), [0.3, 0.5, 0.8], tail=512)[1])
+    plateau = [f for f in found if f[1] == "plateau"]
+    assert plateau and plateau == [f for f in _batch(writes, ())[0] if f[1] == "plateau"]
+
+
+def test_a_rollback_replays_from_a_saved_state_not_from_zero():
+    writes, resumes = SAMPLES["resume"]
+    [resume] = resumes
+    split = {t: int(np.searchsorted(w.segment, resume.segment)) for t, w in writes.items()}
+    state, _, _ = feed_run(start_run(), {t: _part(w, 0, split[t]) for t, w in writes.items()}, ())
+    with pytest.raises(NeedsReplay) as caught:
+        feed_run(state, {t: _part(w, split[t], len(w.step)) for t, w in writes.items()}, resumes)
+    assert set(caught.value.rewrites.values()) == {resume.to_step}
+    # fed again from a state saved before the resume's step, the run reads as one-shot
+    found = stream(writes, resumes, [0.3, 0.6, 0.9])[1]
+    assert _norm(found) == _batch(writes, resumes, "resume")[0]
+
+
+def test_state_stays_bounded_as_the_run_grows():
+    curve = clean_curve(11, points=40000)
+    writes = curve.writes()
+    sizes = []
+    state: RunState = start_run()
+    for a in range(0, 40000, 10000):
+        state, _, _ = feed_run(state, {t: _part(w, a, a + 10000) for t, w in writes.items()})
+        sizes.append(len(dumps(state)))
+    assert max(sizes[1:]) < 1.2 * min(sizes[1:]), sizes
