@@ -4,12 +4,14 @@ duplicates, optional hits or false alarms."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from bench.corpus import Event, LabelledRun
 from bench.realcurves import Flag, match, score
 
 
 def _run(*events: Event) -> LabelledRun:
-    return LabelledRun("r", "p", "f", "tuning", "", events, ())
+    return LabelledRun("r", "p", "f", "tuning", "", events, (), Path("p"))
 
 
 SPIKE = Event("r", "train/loss", "loss_spike", 100, 5, "a spike", "fast_recovering")
