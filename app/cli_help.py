@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import click
 
-# \b keeps click from re-wrapping the example lines.
+# By command, or by "group command" for a group's commands; \b keeps click from re-wrapping
+# the example lines.
 EXAMPLES = {
     "analyze": "losswatch analyze runs/ --fail-on critical\nlosswatch analyze run.json --format json > alerts.json",
     "export": "losswatch export runs/exp1 --format csv -o exp1.csv",
@@ -15,9 +16,13 @@ EXAMPLES = {
     "scan": "losswatch scan runs/ --db sqlite:///lw.db --webhook https://hooks.example/alerts",
     "serve": "losswatch serve --allow-root /data/runs --db postgresql://lw@db/lw",
     "token": "losswatch token create ci --scope write\nlosswatch token list\nlosswatch token revoke ci",
-    "create": "losswatch token create ci --scope write",
-    "list": "losswatch token list --db sqlite:///lw.db",
-    "revoke": "losswatch token revoke ci",
+    "token create": "losswatch token create ci --scope write",
+    "token list": "losswatch token list --db sqlite:///lw.db",
+    "token revoke": "losswatch token revoke ci",
+    "silence": "losswatch silence add --run 'rl-*' --kind loss_spike --duration 2h\nlosswatch silence list\nlosswatch silence expire 3",
+    "silence add": "losswatch silence add --run 'rl-*' --kind loss_spike --duration 2h --comment 'noisy RL runs'",
+    "silence list": "losswatch silence list --db sqlite:///lw.db",
+    "silence expire": "losswatch silence expire 3",
 }
 
 
@@ -28,7 +33,8 @@ class HelpfulGroup(click.Group):
     group_class = type  # subgroups (`token`) are HelpfulGroups too
 
     def add_command(self, cmd: click.Command, name: str | None = None) -> None:
-        example = EXAMPLES.get(name or cmd.name or "")
+        name = name or cmd.name or ""
+        example = EXAMPLES.get(f"{self.name} {name}", EXAMPLES.get(name))  # a subcommand by its path
         if example is not None and cmd.epilog is None:
             cmd.epilog = "\b\nExample:\n" + "\n".join("  " + line for line in example.splitlines())
         super().add_command(cmd, name)

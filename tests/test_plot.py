@@ -188,20 +188,20 @@ def test_a_warmup_far_above_the_rest_is_clipped_off_the_y_range_and_said_so(tmp_
     (tmp_path / "run").mkdir()
     write_events(tmp_path / "run" / "events.out.tfevents.1",
                  [file_version(), *[scalar_event(i, "train/loss", v) for i, v in enumerate(values)]])
-    fig = plot.draw_run(str(tmp_path / "run"), read_path(str(tmp_path / "run")).runs["."])
+    fig = plot.draw_run(str(tmp_path / "run"), read_path(str(tmp_path / "run")).runs["run"])
     loss = fig.axes[0]
     assert loss.get_yscale() == "linear" and loss.get_ylim()[1] < 4
     [note] = [t for t in loss.texts if t.get_gid() == "clipped-train/loss"]
     assert note.get_text() == "warm-up clipped: up to 20 before step 17"
-    steady = read_path(str(SAMPLES / "bad_batch")).runs["."]  # a spike after warm-up is never clipped
+    steady = read_path(str(SAMPLES / "bad_batch")).runs["bad_batch"]  # a spike after warm-up is never clipped
     assert not any(t.get_gid() == "clipped-train/loss" for t in plot.draw_run(str(SAMPLES / "bad_batch"), steady).axes[0].texts)
 
 
 def test_the_worst_alert_is_the_subtitle_in_its_severity_colour(tmp_path):
-    run = read_path(str(SAMPLES / "fp16_overflow")).runs["."]
+    run = read_path(str(SAMPLES / "fp16_overflow")).runs["fp16_overflow"]
     fig = plot.draw_run(str(SAMPLES / "fp16_overflow"), run)
     [subtitle] = [t for t in fig.axes[0].texts if t.get_gid() == "worst-alert"]
     assert subtitle.get_text().startswith("train/loss_scale fell from 524288 to its floor 1 by step 1931")
     assert subtitle.get_color() == "#c62828"  # critical, as the web UI's badge
-    lr_burst = plot.draw_run(str(SAMPLES / "lr_burst"), read_path(str(SAMPLES / "lr_burst")).runs["."])
+    lr_burst = plot.draw_run(str(SAMPLES / "lr_burst"), read_path(str(SAMPLES / "lr_burst")).runs["lr_burst"])
     assert lr_burst.axes[0].get_title() == "lr_burst: 1 alert (1 warning)"

@@ -32,7 +32,8 @@ def random_cuts(rng: np.random.Generator, n: int, pieces: int) -> list[int]:
     return sorted(cuts)
 
 
-SAMPLES = {name: run for name, run in read_path(str(REPO / "sample_runs")).runs.items()}
+# the sample runs with a per-step train loss (the JSON and Trainer copies log theirs otherwise)
+SAMPLES = {name: run for name, run in read_path(str(REPO / "sample_runs")).runs.items() if "train/loss" in run.points.tags}
 
 
 def whole(step: np.ndarray, value: np.ndarray):

@@ -22,8 +22,8 @@ def samples_server(tmp_path_factory):
     """One `losswatch serve` over the sample runs for the module (reading them takes a while)."""
     db = tmp_path_factory.mktemp("ui") / "ui.db"
     with server_process(f"sqlite:///{db}", "--allow-root", SAMPLES, "--poll-interval", "600") as (base, _):
-        httpx.post(f"{base}/v1/logdirs", json={"path": SAMPLES})
-        wait_for(lambda: len(httpx.get(f"{base}/v1/runs").json()) == 7, timeout=60)
+        httpx.post(f"{base}/v1/logdirs", json={"path": SAMPLES}, timeout=120)
+        wait_for(lambda: len(httpx.get(f"{base}/v1/runs").json()) == 9, timeout=60)
         yield base
 
 
