@@ -48,7 +48,12 @@ class Event:
     optional: bool = False
 
     def matches(self, kind: str, tag: str, start_step: int) -> bool:
-        return (kind == self.kind or kind in self.accept_kinds) and tag == self.tag and abs(start_step - self.step) <= self.tolerance
+        """A finding about the whole run (tag `*`: a restart rewinds every tag) matches an
+        event on any of its tags."""
+        return (
+            (kind == self.kind or kind in self.accept_kinds) and tag in (self.tag, "*")
+            and abs(start_step - self.step) <= self.tolerance
+        )
 
     def class_right(self, classification: str | None) -> bool:
         return classification == self.classification or classification in self.accept_classes
