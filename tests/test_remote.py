@@ -204,6 +204,47 @@ def test_analyze_reads_a_bucket_prefix_like_a_local_logdir(s3):
     assert result.stdout.splitlines()[0] == f"s3://{bucket}/exp :: a  (10 points, 0 rollbacks)  [TensorBoard event files (1 file)]"
 
 
+def test_a_url_naming_one_event_object_reads_that_object_alone(s3, store, counted):
+    bucket = s3.bucket()
+    whole = event_bytes(loss_curve(400))
+    s3.put(bucket, "logs/r1/events.out.tfevents.1", whole[: len(whole) // 2])
+    s3.put(bucket, "logs/r2/events.out.tfevents.1", event_bytes(np.full(10, 2.0)))  # beside it: not read
+    url = f"s3://{bucket}/logs/r1/events.out.tfevents.1"
+    read = read_path(url)
+    assert ({name: len(run.points) for name, run in read.runs.items()}, read.problems) == ({"r1": 200}, [])
+    counted.clear()
+    first = scan(store, [url])
+    assert (first.runs, first.points, first.problems) == (1, 200, [])
+    s3.put(bucket, "logs/r1/events.out.tfevents.1", whole)
+    counted.clear()
+    grown = scan(store, [url])
+    assert (grown.points, grown.problems, counted) == (200, [], ["list", "read"])  # only the new tail
+    counted.clear()
+    assert scan(store, [url]).changed == 0 and counted == ["list"]
+    with store.read() as conn:
+        assert [run.points for run in stored_runs.find_runs(conn, "r1", url)] == [400]
+
+
+def test_a_url_naming_one_jsonl_object_reads_it_as_its_run(s3):
+    bucket = s3.bucket()
+    s3.put(bucket, "exp/json/bad_batch.jsonl", b'{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.9}\n')
+    s3.put(bucket, "exp/json/metrics.jsonl", b'{"step": 1, "loss": 5.0}\n')
+    url = f"s3://{bucket}/exp/json/bad_batch.jsonl"
+    read = read_path(url)
+    assert ({name: len(run.points) for name, run in read.runs.items()}, read.problems) == ({"bad_batch": 2}, [])
+    assert {name: len(run.points) for name, run in read_path(f"s3://{bucket}/exp/json/metrics.jsonl").runs.items()} == {"json": 1}
+    result = CliRunner().invoke(main, ["runs", url])
+    assert result.exit_code == 0
+    assert result.stdout.splitlines()[0] == f"{url} :: bad_batch  (2 points, 0 rollbacks)  [JSON/CSV loss log (1 file)]"
+
+
+def test_a_key_that_is_both_an_object_and_a_prefix_is_read_as_the_prefix(s3):
+    bucket = s3.bucket()
+    s3.put(bucket, "exp", b'{"step": 1, "loss": 2.0}\n')
+    s3.put(bucket, "exp/r/events.out.tfevents.1", event_bytes(np.full(10, 2.0)))
+    assert {name: len(run.points) for name, run in read_path(f"s3://{bucket}/exp").runs.items()} == {"r": 10}
+
+
 def test_a_server_stopped_mid_scan_then_restarted_loses_and_duplicates_nothing(s3, store, monkeypatch):
     monkeypatch.setattr(remote_module, "BACKOFF", 0.01)
     bucket = s3.bucket()

@@ -136,6 +136,20 @@ def discover(top: str, files: Iterable[str], join: Callable[[str], str], sniff: 
     return Found(sorted(sources, key=lambda s: s.name), problems)
 
 
+def named_source(top: str, name: str, path: str) -> Source:
+    """The source of one file given by name (`path`, called `name`, in a folder called
+    `top`): the user chose it, so it is read whatever its first bytes look like, and its run
+    is named as a walk would name it from its folder."""
+    stem = name.split(".")[0]
+    if is_event_file(name):
+        return Source(top, TENSORBOARD, (path,))
+    if name == "trainer_state.json":
+        return Source(top, TRAINER_STATE, (path,))
+    if name == "metrics.csv":
+        return Source(top, METRICS_CSV, (path,))
+    return Source(top if stem in GENERIC_STEMS else stem, LOSS_LOG, (path,))
+
+
 def looks_like_log(name: str, head: bytes) -> bool:
     """Whether a JSON/CSV file's first bytes look like a loss log (see the module): its
     first record (a CSV header, the first JSON line or document) has a step or loss key at

@@ -14,6 +14,9 @@ Object storage is billed and throttled per request, so a scan costs:
   its ETag changed at the same size, it was rewritten, and its run is read again from the
   start (`app.ingest.logdir.read_run`), its stored points replaced, never duplicated.
 
+A URL naming one object (nothing listed under it) is that one source, read as a local file
+given by name is (`app.ingest.discover.named_source`).
+
 A stored file's `head` holds, for an object, the seam fingerprint and a digest of its ETag
 (32 hex characters, like a local file's head fingerprint).
 
@@ -29,13 +32,14 @@ scan goes on with the other objects and runs.
 from __future__ import annotations
 
 import hashlib
+import posixpath
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from app.ingest import _tfrecord
-from app.ingest.discover import SNIFF_BYTES, Found, discover, root_name
+from app.ingest.discover import SNIFF_BYTES, Found, discover, named_source, root_name
 from app.ingest.events import CHUNK_BYTES, EventDecoder, EventFileRead
 from app.ingest.files import READ_TIMEOUT, ReadTimeout, bounded
 from app.ingest.problems import IngestError, Problem
@@ -144,20 +148,29 @@ class RemoteLogdir:
         self.backoff = BACKOFF if backoff is None else backoff
         self.sleep = sleep
         self.objects: dict[str, ObjectInfo] = {}
+        self.single = False  # the URL names one object, not a prefix
 
     def list(self) -> dict[str, ObjectInfo]:
-        """Every object under the prefix (URL -> size and identity): one listing."""
+        """Every object under the prefix (URL -> size and identity): one listing.  A URL
+        naming one object with nothing under it lists as that object alone (`single`)."""
         found = self._call(self.url, lambda: self.fs.find(self.root, detail=True))
+        files = {key.rstrip("/"): info for key, info in found.items() if info.get("type", "file") == "file"}
         self.objects = {}
-        for key, info in sorted(found.items()):
-            if info.get("type", "file") == "file" and key.startswith(self.root + "/"):
-                self.objects[self.url + key[len(self.root):]] = ObjectInfo(int(info.get("size") or 0), identity(info))
+        for key, info in sorted(files.items()):
+            if key.startswith(self.root + "/"):
+                self.objects[self.url + key[len(self.root):]] = _object_info(info)
+        self.single = not self.objects and self.root in files
+        if self.single:
+            self.objects = {self.url: _object_info(files[self.root])}
         return self.objects
 
     def discover(self) -> Found:
         """The sources under the prefix (`app.ingest.discover`), from one listing; only
         candidate JSON/CSV logs are read (their first bytes)."""
         objects = self.list()
+        if self.single:
+            folder, name = posixpath.split(self.root)
+            return Found([named_source(root_name(folder), name, self.url)], [])
         start = len(self.url) + 1
         return discover(
             root_name(self.root), [u[start:] for u in objects], lambda rel: f"{self.url}/{rel}",
@@ -224,6 +237,10 @@ class RemoteLogdir:
                     raise IngestError(Problem(url, reason if not transient else f"{reason} (after {attempt + 1} attempts)")) from e
                 self.sleep(self.backoff * 2**attempt)
         raise AssertionError("unreachable")
+
+
+def _object_info(info: dict) -> ObjectInfo:
+    return ObjectInfo(int(info.get("size") or 0), identity(info))
 
 
 def _digest(data: bytes) -> str:
