@@ -101,7 +101,7 @@ def slack_payload(changes: Sequence[dict[str, Any]], external_url: str | None = 
     if len(changes) == 1:
         event = changes[0]
         alert, change = event["alert"], event["change"]
-        head = f"{_ICON.get(event['severity'], '')} *{event['severity'].upper()}* {change}: `{alert['run']}` {alert['tag']}"
+        head = f"{_ICON.get(event['severity'], '')} *{event['severity'].upper()}* {change}: `{alert['run']}` {alert['tag'] or alert['kind']}"
         text = f"{head}\n{alert['message']}"
         if change != "resolved":
             text += f"\n> {alert['remediation']}"
@@ -110,12 +110,17 @@ def slack_payload(changes: Sequence[dict[str, Any]], external_url: str | None = 
         lines = [f"{_ICON.get(worst['severity'], '')} *{summary(changes)}*"]
         for event in changes:
             alert = event["alert"]
-            lines.append(f"• *{event['severity'].upper()}* {event['change']}: {alert['tag']} {alert['kind']}: {alert['message']}")
+            lines.append(f"• *{event['severity'].upper()}* {event['change']}: {_subject(alert)}: {alert['message']}")
         text = "\n".join(lines)
     page = links(changes[0]["alert"], external_url)
     if page:
         text += f"\n<{page['run_url']}|run page> · <{page['alert_url']}|alert>"
     return {"text": text}
+
+
+def _subject(alert: dict[str, Any]) -> str:
+    """"train/loss nonfinite"; a run-wide alert (`stale`) has no tag: its kind alone."""
+    return f"{alert['tag']} {alert['kind']}" if alert["tag"] else alert["kind"]
 
 
 def alertmanager_payload(changes: Sequence[dict[str, Any]], external_url: str | None = None) -> list[dict[str, Any]]:
@@ -140,6 +145,9 @@ def am_alert(alert: dict[str, Any], severity: str, fired_at: float, ended_at: fl
     page = links(alert, external_url)
     labels = {"alertname": alert["kind"], "run": alert["run"], "tag": alert["tag"], "severity": severity,
               "source": alert.get("source", ""), "alert_id": alert["id"]}
+    # Alertmanager drops a label with an empty value (a run-wide alert's `tag`): so do we, and
+    # what is sent is what it shows
+    labels = {name: value for name, value in labels.items() if value}
     annotations = {"summary": alert["message"], "remediation": alert.get("remediation", "")}
     if page:
         annotations |= {"url": page["alert_url"], "run_url": page["run_url"]}

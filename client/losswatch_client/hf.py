@@ -77,8 +77,10 @@ class LosswatchCallback(TrainerCallback):
             log.warning("losswatch: saving a checkpoint and stopping at step %d: %s", state.global_step, why)
 
     def on_train_end(self, args, state, control, **kwargs) -> None:
+        """Training ended without an exception (the guard's stop included): mark the run
+        finished.  The watcher stays open: a second `train()` posts on, as running again."""
         if self.watcher is not None:
-            self.watcher.flush()
+            self.watcher.finish()
 
 
 def _anyone(flag: bool) -> bool:

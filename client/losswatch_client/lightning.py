@@ -73,7 +73,14 @@ class LosswatchLogger(Logger):
 
     @rank_zero_only
     def finalize(self, status: str) -> None:
-        if self._watcher is not None:
+        """"success": the fit (or test) ended normally, so the run is marked finished; on
+        "failed" only flush: a crashed run is what the stale alert is for.  The watcher stays
+        open for a later `fit()`/`test()`, whose points make the run running again."""
+        if self._watcher is None:
+            return
+        if status == "success":
+            self._watcher.finish()
+        else:
             self._watcher.flush()
 
     def __getstate__(self) -> Dict[str, Any]:

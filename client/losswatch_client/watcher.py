@@ -58,7 +58,10 @@ class Watcher:
     true: the Hugging Face and Lightning callbacks stop the trainer) or "raise" (the next
     `log()` raises `LossAlert`); `guard_on` lists the kinds (`kind` or
     `kind/classification`) that act, at `guard_severity` or above.  Only rank 0 posts under
-    torch.distributed / accelerate (RANK, LOCAL_RANK) unless `all_ranks=True`."""
+    torch.distributed / accelerate (RANK, LOCAL_RANK) unless `all_ranks=True`.
+    `finish_on_close`: a clean `close()` (the end of a `with` block left without an
+    exception) marks the run finished, so its silence from then on is not taken for a
+    crash; a close at interpreter exit or by an exception never does."""
 
     def __init__(
         self,
@@ -77,6 +80,7 @@ class Watcher:
         timeout: float = 5.0,
         close_timeout: float = 10.0,
         all_ranks: bool = False,
+        finish_on_close: bool = True,
         transport: Any = None,
     ) -> None:
         self.guard = Guard(guard, tuple(guard_on), guard_severity)
@@ -84,6 +88,7 @@ class Watcher:
         self.run = from_env(run, RUN_VAR)
         self.flush_interval, self.batch_size, self.max_queue = flush_interval, batch_size, max_queue
         self.close_timeout = close_timeout
+        self.finish_on_close = finish_on_close
         self._complaints = Complaints()
         self._callbacks: List[AlertCallback] = []
         self._alerts: Dict[str, AlertChange] = {}  # alert id -> its latest change
@@ -170,20 +175,40 @@ class Watcher:
         self._wake.set()
         return done.wait(self.close_timeout if timeout is None else timeout) and self._delivered_all()
 
-    def close(self, timeout: Optional[float] = None) -> None:
+    def finish(self, timeout: Optional[float] = None) -> bool:
+        """Flush, then mark the run finished (`POST /v1/runs/{run}/finish`): the job ended
+        normally, so the service does not take its silence for a crash (a `stale` alert).
+        The watcher stays usable: a point logged later makes the run running again.  True
+        when the service marked it (within `timeout`); otherwise a warning says why, but for
+        a watcher that never delivered a point: the service has no run to finish."""
+        if not self._active:
+            return False
+        deadline = time.monotonic() + (self.close_timeout if timeout is None else timeout)
+        if not self.flush(timeout):
+            self._not_finished("some of its points are not delivered yet")
+            return False
+        return self._post_finish(deadline)
+
+    def close(self, timeout: Optional[float] = None, finished: Optional[bool] = None) -> None:
         """Send what is left within `timeout` (default `close_timeout`); what could not be
-        sent stays in the spool file, and a warning says where."""
+        sent stays in the spool file, and a warning says where.  Then, when `finished`
+        (default `finish_on_close`) and every point was delivered, mark the run finished
+        as `finish()` does.  Interpreter exit and a `with` block left by an exception
+        close with `finished=False`: a job that dies is what the stale alert is for."""
         if not self._active:
             return
+        deadline = time.monotonic() + (self.close_timeout if timeout is None else timeout)
         self._active = False
         self._closing = True
         self._wake.set()
         self._thread.join(self.close_timeout if timeout is None else timeout)
+        delivered = not self._thread.is_alive()
         with self._io:  # the sender's step is over, or it hangs in a request: keep what it held
             # (the points its step took go first; any it had sent already are sent again, and
             # stored once; a replay from the spool leaves the spool as it was)
             left = self._encode(self._taken)[0] + self._encode(self._take_queue())[0]
             self._taken = []
+            delivered = delivered and not left and not self._spool_pending()
             if left:
                 self._to_spool(left)
             self._closed = True
@@ -199,12 +224,44 @@ class Watcher:
                 self._spool.close()
                 self._spool = None
         _live.discard(self)
+        if self.finish_on_close if finished is None else finished:
+            if delivered:
+                self._post_finish(deadline)
+            else:
+                self._not_finished("some of its points are not delivered yet")
+
+    def _post_finish(self, deadline: float) -> bool:
+        """`POST /v1/runs/{run}/finish` within what is left until `deadline`; a watcher that
+        never delivered a point has no run to finish and posts nothing."""
+        if not self._posted:
+            return False
+        left = deadline - time.monotonic()
+        if left <= 0:
+            self._not_finished("no time was left (close_timeout)")
+            return False
+        try:
+            answer = self._transport.finish_run(self.run, left)
+        except Unreachable as e:
+            self._not_finished(f"cannot reach {self.url}: {e}")
+            return False
+        except Exception as e:  # a transport's defect (one without finish_run) must not reach training
+            self._not_finished(f"unexpected error: {e!r}")
+            return False
+        if not answer.ok:
+            self._not_finished(f"the service answered {answer.error_message()}")
+            return False
+        body = answer.body if isinstance(answer.body, dict) else {}
+        self._report(changes_from_response(body))
+        return True
+
+    def _not_finished(self, why: str) -> None:
+        log.warning("losswatch: run %r is not marked finished: %s; a stale alert fires if it stays silent", self.run, why)
 
     def __enter__(self) -> Watcher:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.close(finished=None if exc_type is None else False)
 
     def __getstate__(self) -> Dict[str, Any]:
         raise TypeError("a Watcher cannot be pickled: create one in the process that trains (rank 0)")
@@ -222,6 +279,7 @@ class Watcher:
         self._taken: List[Point] = []
         self._closed = False
         self._tag_json: Dict[str, str] = {}
+        self._posted = False  # a batch was delivered: the service has this run to finish
         self._pid = os.getpid()
         self._active = True
         self._thread = threading.Thread(target=self._run, name=f"losswatch {self.run}", daemon=True)
@@ -342,6 +400,7 @@ class Watcher:
         return False
 
     def _delivered(self, answer: Answer) -> None:
+        self._posted = True
         if self._backoff:
             log.warning("losswatch: %s answers again: sending the points kept meanwhile", self.url)
             self._complaints.forget("unreachable")
@@ -437,7 +496,7 @@ def _json_number(value: float) -> str:
 
 def _close_all() -> None:
     for watcher in list(_live):
-        watcher.close()
+        watcher.close(finished=False)  # exiting is no proof the job ended well: it may be a crash
 
 
 def _forked() -> None:

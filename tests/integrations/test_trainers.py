@@ -85,6 +85,7 @@ def test_hugging_face_trainer_is_stopped_by_the_guard(server, tmp_path):
     losses = server.series("hf/burst", "loss")
     assert [s for s, _ in losses] == list(range(1, callback.stopped_at + 1))  # every logged step arrived
     assert {"grad_norm", "learning_rate"} <= {t["tag"] for t in server.get("/v1/runs/hf%2Fburst").json()["tags"]}
+    assert server.get("/v1/runs/hf%2Fburst").json()["status"] == "finished"  # on_train_end: it ended, not crashed
     watcher.close()
 
 
@@ -130,5 +131,6 @@ def test_lightning_trainer_is_stopped_by_the_guard(server, tmp_path):
     assert decision.alert_id in {a["id"] for a in alerts_of(server, "lightning%2Fburst")}
     steps = [s for s, _ in server.series("lightning/burst", "train/loss")]
     assert steps == list(range(len(steps))) and len(steps) >= guard.stopped_at  # every logged step arrived
+    assert server.get("/v1/runs/lightning%2Fburst").json()["status"] == "finished"  # finalize("success")
     watcher.close()
 
