@@ -30,7 +30,8 @@ RECENT_GAPS = 64  # the usual interval is the median of this many most recent ga
 
 
 REMEDIATION = ("Check whether the job crashed, hung or was pre-empted (scheduler state, the last lines of its log, "
-               "GPU utilisation). If it ended normally, mark it finished: POST /v1/runs/{run}/finish.")
+               "GPU utilisation). If it ended normally, mark it finished: POST /v1/runs/<its name>/finish (the losswatch "
+               "client does so when it closes cleanly).")
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ EXTERNAL = "https://lw.example"
 FIRED = "no new point since 2027-01-15 08:16:30 UTC at step 99 (usual interval 10 s; stale after 10 min)"
 RESOLVED = "advanced again, to step 120 after being stale since step 99"
 REMEDIATION = ("Check whether the job crashed, hung or was pre-empted (scheduler state, the last lines of its log, "
-               "GPU utilisation). If it ended normally, mark it finished: POST /v1/runs/{run}/finish.")
+               "GPU utilisation). If it ended normally, mark it finished: POST /v1/runs/<its name>/finish (the losswatch "
+               "client does so when it closes cleanly).")
 
 
 def write_run(path, last: int, pause_after: int = 0, pause: float = 0.0) -> None:
