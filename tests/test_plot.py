@@ -233,7 +233,8 @@ def crowded_panel() -> plot._Panel:
 
 def test_crowded_labels_take_rows_and_those_that_fit_nowhere_are_left_out():
     panel = crowded_panel()
-    plot._place_labels(panel)
+    panel.ax.figure.draw_without_rendering()
+    plot._place_labels(panel, panel.ax.figure.canvas.get_renderer())
     placed = label_boxes(panel.ax.figure)
     assert 8 <= len(placed) < len(panel.labels)
     note = next(t for t in panel.ax.texts if t.get_gid() == "note").get_window_extent()
