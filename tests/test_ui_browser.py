@@ -5,10 +5,14 @@ search, live refresh, the dark scheme, error pages and the sign-in that returns 
 from __future__ import annotations
 
 import re
+import threading
 
 import httpx
+import numpy as np
 import pytest
 
+from analyzers.baseline import trailing_baseline
+from analyzers.config import AnalysisConfig
 from app.store import tokens
 from app.store.db import open_store
 from tests.service_helpers import server_process, wait_for
@@ -21,7 +25,10 @@ READY = "#charts[data-ready=true]"
 def samples_server(tmp_path_factory):
     """One `losswatch serve` over the sample runs for the module (reading them takes a while)."""
     db = tmp_path_factory.mktemp("ui") / "ui.db"
-    with server_process(f"sqlite:///{db}", "--allow-root", SAMPLES, "--poll-interval", "600") as (base, _):
+    with server_process(f"sqlite:///{db}", "--allow-root", SAMPLES, "--poll-interval", "600") as (base, process):
+        # Its request log is read by no one: drained, or a full pipe would stop the server
+        # once the module's pages (each refreshing every 30 s) have made a few hundred requests.
+        threading.Thread(target=process.stderr.read, daemon=True).start()
         httpx.post(f"{base}/v1/logdirs", json={"path": SAMPLES}, timeout=120)
         wait_for(lambda: len(httpx.get(f"{base}/v1/runs").json()) == 9, timeout=60)
         yield base
@@ -335,3 +342,28 @@ def test_the_run_clock_maps_steps_to_times_and_back(samples_server, browser):  #
     assert (start, at10, step110) == (100, 110, 10)
     assert abs(at25 - 120.0005) < 1e-9 and abs(step130 - 34.9995) < 1e-3 and abs(at50 - 160.0) < 1e-2
     assert rest == [None, "45s", "12m 5s", "3h 20m", "2d 2h"]
+
+
+def test_the_loss_chart_draws_the_detectors_baseline_and_noise_band(samples_server, browser):  # noqa: F811
+    series = httpx.get(samples_server + "/v1/runs/bad_batch/series", params={"tag": "train/loss", "max_points": 100_000}).json()
+    values = np.array([v for _, v in series["points"] if isinstance(v, float)])
+    expected = trailing_baseline(values, AnalysisConfig().spikes.baseline)
+    body = httpx.get(samples_server + "/v1/runs/bad_batch/baseline", params={"tag": "train/loss", "max_points": 100_000}).json()
+    assert body["sigmas"] == 3.0 and len(body["points"]) == len(values) == 3000
+    level = np.array([np.nan if p[1] is None else p[1] for p in body["points"]])
+    sigma = np.array([np.nan if p[2] is None else p[2] for p in body["points"]])
+    np.testing.assert_allclose(level, expected.level, equal_nan=True)
+    np.testing.assert_allclose(sigma, expected.sigma, equal_nan=True)
+    zoomed = httpx.get(samples_server + "/v1/runs/bad_batch/baseline", params={"tag": "train/loss", "start": 1400, "end": 1600, "max_points": 50}).json()
+    steps = [p[0] for p in zoomed["points"]]
+    assert len(steps) == 50 and steps[0] == 1400 and steps[-1] == 1600
+    missing = httpx.get(samples_server + "/v1/runs/bad_batch/baseline", params={"tag": "nope"})
+    assert missing.status_code == 404 and missing.json()["error"]["message"] == "run 'bad_batch' has no tag 'nope'"
+    errors = []
+    page = opened(browser, samples_server + "/run?name=bad_batch&from=1400&to=1600", errors)
+    loss = page.locator(".chart[data-tag='train/loss']")
+    assert int(loss.get_attribute("data-band")) > 100  # drawn, from the zoomed window's baseline
+    assert page.locator(".chart[data-tag='train/grad_norm']").get_attribute("data-band") is None  # the loss chart only
+    page.locator(".chart-box:has(.chart[data-tag='train/loss']) button.band-toggle").click()
+    page.wait_for_selector(".chart[data-tag='train/loss'][data-band=off]")
+    assert errors == []

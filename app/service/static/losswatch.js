@@ -176,6 +176,8 @@
       ctx.fillStyle = m.color || "rgba(120,120,120,0.2)";
       ctx.fillRect(x0, top, Math.max(x1 - x0, 3 * px), height);
     }
+    if (chart.band && chart.showBand && chart.band.points.length) drawBaseline(u, chart);
+    if (hasBand(chart)) chart.el.dataset.band = chart.band && chart.showBand ? String(chart.band.points.length) : "off";
     ctx.fillStyle = "#c62828";
     for (const step of chart.view[0] ? chart.view[0].nonfinite : []) {
       const x = u.valToPos(toX(step), "x", true);
@@ -295,6 +297,36 @@
 
   async function loadView(chart) {
     chart.view = state.zoom ? await Promise.all(chart.lines.map((l) => fetchSeries(l, chart.el.clientWidth || 900, state.zoom))) : chart.full;
+    if (hasBand(chart)) chart.band = await fetchBand(chart.lines[0], chart.el.clientWidth || 900, state.zoom);
+  }
+
+  function hasBand(chart) { return single && chart.el.dataset.role === "loss"; }
+
+  async function fetchBand(line, width, zoom) {
+    // The spike detector's baseline and noise band (as the PNG draws them), for the window shown.
+    const query = { tag: line.tag, max_points: String(Math.max(200, Math.min(2000, width))) };
+    if (line.source) query.source = line.source;
+    if (zoom) { query.start = String(Math.floor(zoom.min)); query.end = String(Math.ceil(zoom.max)); }
+    const body = await fetchJson("/v1/runs/" + encodeURIComponent(line.run) + "/baseline?" + new URLSearchParams(query), "baseline " + line.tag);
+    return { sigmas: body.sigmas, points: body.points.filter((p) => p[1] !== null && p[2] !== null) };
+  }
+
+  function drawBaseline(u, chart) {
+    // Baseline +/- sigmas filled grey under the curve, the baseline dashed over the band.
+    const ctx = u.ctx, px = devicePixelRatio, pts = chart.band.points, k = chart.band.sigmas;
+    const x = (p) => u.valToPos(toX(p[0]), "x", true);
+    const y = (v) => u.valToPos(chart.log ? Math.max(v, u.scales.y.min) : v, "y", true);
+    ctx.fillStyle = css("--band") || "rgba(136,136,136,0.3)";
+    ctx.beginPath();
+    pts.forEach((p, i) => (i ? ctx.lineTo(x(p), y(p[1] + k * p[2])) : ctx.moveTo(x(p), y(p[1] + k * p[2]))));
+    for (let i = pts.length - 1; i >= 0; i--) ctx.lineTo(x(pts[i]), y(pts[i][1] - k * pts[i][2]));
+    ctx.closePath();
+    ctx.fill();
+    ctx.strokeStyle = css("--fg"); ctx.lineWidth = px; ctx.setLineDash([5 * px, 3 * px]);
+    ctx.beginPath();
+    pts.forEach((p, i) => (i ? ctx.lineTo(x(p), y(p[1])) : ctx.moveTo(x(p), y(p[1]))));
+    ctx.stroke();
+    ctx.setLineDash([]);
   }
 
   function download(name, blob) {
@@ -328,6 +360,16 @@
       render(chart);
     });
     log.className = "log-toggle";
+    if (hasBand(chart)) {
+      const band = button("baseline", "Show or hide the spike detector's baseline and noise band (baseline ± 3σ)", () => {
+        chart.showBand = !chart.showBand;
+        band.setAttribute("aria-pressed", String(chart.showBand));
+        render(chart);
+      });
+      band.className = "band-toggle";
+      band.setAttribute("aria-pressed", "true");
+      bar.append(band);
+    }
     const lineNames = () => chart.u.series.slice(1).map((s) => s.label);
     const xName = () => ({ step: "step", relative: "seconds", wall: "wall_time" })[xMode()];
     bar.append(log,
@@ -448,7 +490,7 @@
 
   async function main() {
     for (const el of root.querySelectorAll(".chart")) {
-      charts.push({ el: el, box: el.closest(".chart-box"), tag: el.dataset.tag, lines: linesOf(el), marks: [], full: [], view: [], log: false, u: null });
+      charts.push({ el: el, box: el.closest(".chart-box"), tag: el.dataset.tag, lines: linesOf(el), marks: [], full: [], view: [], log: false, u: null, band: null, showBand: true });
     }
     await loadAlerts();
     await Promise.all(charts.map(async (c) => { await loadFull(c); await loadView(c); c.log = c.full.some((s) => s.log); }));
