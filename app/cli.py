@@ -30,11 +30,13 @@ from app.ingest.problems import IngestError, Problem
 from app.ingest.sources import PathRead, read_path
 from app.report import (
     merged_changes,
+    open_alerts_markdown,
     open_alerts_table,
     render_changes_markdown,
     render_changes_table,
     render_health,
     render_table,
+    scan_summary,
 )
 from app.store import silences as stored_silences
 from app.store import tokens
@@ -238,10 +240,7 @@ def scan(
                    "printing them come first", err=True)
     for failure in outcome.deliveries.failed:
         click.echo(f"losswatch: delivery failed (will retry on the next scan): {failure}", err=True)
-    summary = (
-        f"{len(outcome.events)} changes in {outcome.runs} runs "
-        f"({outcome.changed} with new data, {outcome.points} new points)"
-    )
+    summary = scan_summary(outcome.events, outcome.runs, outcome.changed, outcome.points)
     open_records = scanner.open_alerts(store, list(paths)) if show_all else []
     click.echo(_render_scan(fmt, outcome, summary, open_records, show_all))
     sys.stdout.flush()
@@ -485,9 +484,8 @@ def _render_scan(fmt: str, outcome, summary: str, open_records, show_all: bool) 
             body["alerts"] = [{"state": r.state.value, "alert": r.finding} for r in open_records]
         return json.dumps(body, indent=2)
     if fmt == "markdown":
-        text = render_changes_markdown(outcome.events, summary)
-    else:
-        text = render_changes_table(outcome.events, summary)
+        return render_changes_markdown(outcome.events, summary) + ("\n\n" + open_alerts_markdown(open_records) if show_all else "")
+    text = render_changes_table(outcome.events, summary)
     return text + ("\n\nopen alerts:\n" + open_alerts_table(open_records) if show_all else "")
 
 

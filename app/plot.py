@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.artist import Artist
 from matplotlib.axes import Axes
+from matplotlib.backend_bases import RendererBase
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -50,6 +51,7 @@ LOWER_PANELS = (Role.GRAD_NORM, Role.LEARNING_RATE, Role.LOSS_SCALE)
 BAND_SIGMAS = 3.0
 MIN_SPAN = 0.005  # share of the axis a shading covers at least, so a 2-step spike still shows
 LABEL_ROWS = 6  # rows of labels at the top of a panel; a burst of more keeps shading and ids only
+LABEL_GAP_PX = 2  # room kept around each label (its white box reaches a pixel past its text)
 WARMUP_SHARE = 0.05  # the first 5% of a loss's points are its warm-up ...
 WARMUP_CLIP = 1.5  # ... clipped off the y-range when they reach 1.5x over the rest's highest value
 EVAL_COLOUR = "#e08a00"
@@ -151,12 +153,17 @@ def draw_run(source: str, run: Run, tag: str | None = None, config: AnalysisConf
     first, last = min(int(s.step[0]) for s in shown), max(int(s.step[-1]) for s in shown)
     axes[0].set_xlim(first - 0.01 * (last - first), last + 0.01 * (last - first) + 1)
     extra = _mark_findings(fig, panels, findings, last)
-    for panel in panels:
-        _place_labels(panel)
     axes[-1].set_xlabel("step")
     axes[0].set_title(_title(source, run.name, findings), fontsize=13, pad=24 if findings else 10)
     _subtitle(axes[0], findings)
     _legend(fig, axes, extra)
+    # The labels are measured on the panels as they will be drawn: the layout settles first
+    # and is then kept (labels inside the panels would not move it).
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    for panel in panels:
+        _place_labels(panel, renderer)
+    fig.set_layout_engine("none")
     return fig
 
 
@@ -297,28 +304,31 @@ def _mark_restart(fig: Figure, panels: list[_Panel], step: int) -> None:
     panels[0].labels.append((step, f"restart {step}", "black", f"restart-{step}-label"))
 
 
-def _place_labels(panel: _Panel) -> None:
-    """Write the panel's labels at the top, each in the first row where it does not run into
-    the label before it, so that marks a few steps apart stay readable; a label that would
-    run off the right edge ends at its mark instead of starting there.  A label finding no
-    free row is left out rather than written over another: its shading still shows."""
-    lo, hi = panel.ax.get_xlim()
-    row_ends: list[float] = []
+def _place_labels(panel: _Panel, renderer: RendererBase) -> None:
+    """Write the panel's labels at the top, each in the first row where its box, as the
+    renderer measures it, meets no other text of the panel (earlier labels, the warm-up note),
+    so that marks a few steps apart stay readable; a label that would run off the right edge
+    ends at its mark instead of starting there.  A label finding no free row, inside the
+    panel, is left out rather than written over another: its shading still shows."""
+    ax = panel.ax
+    area = ax.get_window_extent(renderer)
+    taken = [t.get_window_extent(renderer).padded(LABEL_GAP_PX) for t in ax.texts if t.get_visible()]
     for x, text, colour, gid in sorted(panel.labels):
-        width = (len(text) + 2) * 0.0062 * (hi - lo)  # bold 8-pt characters on a ~11-inch axis
-        flip = x + width > hi
-        left = x - width if flip else x
-        row = next((i for i, end in enumerate(row_ends) if left > end), len(row_ends))
-        if row == LABEL_ROWS:
-            continue
-        if row == len(row_ends):
-            row_ends.append(left)
-        row_ends[row] = left + width
-        panel.ax.text(
-            x, 0.93 - 0.085 * row, f"{text} " if flip else f" {text}", transform=panel.ax.get_xaxis_transform(),
-            fontsize=8, color=colour, fontweight="bold", va="top", ha="right" if flip else "left", zorder=6, gid=gid,
-            bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "alpha": 0.7, "lw": 0},
+        label = ax.text(
+            x, 0.93, f" {text}", transform=ax.get_xaxis_transform(), fontsize=8, color=colour, fontweight="bold",
+            va="top", ha="left", zorder=6, gid=gid, bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "alpha": 0.7, "lw": 0},
         )
+        if label.get_window_extent(renderer).x1 > area.x1:
+            label.set_text(f"{text} ")
+            label.set_horizontalalignment("right")
+        for row in range(LABEL_ROWS):
+            label.set_y(0.93 - 0.085 * row)
+            box = label.get_window_extent(renderer).padded(LABEL_GAP_PX)
+            if area.x0 <= box.x0 + LABEL_GAP_PX and box.x1 - LABEL_GAP_PX <= area.x1 and not any(box.overlaps(t) for t in taken):
+                taken.append(box)
+                break
+        else:
+            label.remove()
 
 
 def _title(source: str, run: str, findings: list[Finding]) -> str:

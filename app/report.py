@@ -8,11 +8,19 @@ from app.analysis import Alert
 from app.updates import Reported
 
 _MARK = {"critical": "CRIT", "warning": "WARN", "info": "info"}
+_ALERT_HEADER = ("severity", "run", "kind", "steps", "message")
+_CHANGE_HEADER = ("change", "severity", "run", "kind", "onset step", "message")
+_OPEN_HEADER = ("state", "severity", "run", "kind", "onset step", "message")
+
+
+def plural(n: int, word: str) -> str:
+    """Counts read as English: "1 run", "2 runs"."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def render_table(alerts: list[Alert], runs: int) -> str:
     if not alerts:
-        return f"no alerts in {runs} run{'s' if runs != 1 else ''}"
+        return f"no alerts in {plural(runs, 'run')}"
     ordered = sorted(alerts, key=lambda a: (-a.finding.severity, a.run, a.finding.start_step))
     rows = [
         (
@@ -24,11 +32,10 @@ def render_table(alerts: list[Alert], runs: int) -> str:
         )
         for a in ordered
     ]
-    lines = _aligned(rows)
+    lines = _aligned([_ALERT_HEADER, *rows])
     counts = {s: sum(1 for a in alerts if str(a.finding.severity) == s) for s in ("critical", "warning", "info")}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-    n = len(alerts)
-    return "\n".join(lines + [f"{n} alert{'s' if n != 1 else ''} in {runs} run{'s' if runs != 1 else ''} ({summary})"])
+    return "\n".join(lines + [f"{plural(len(alerts), 'alert')} in {plural(runs, 'run')} ({summary})"])
 
 
 def render_health(runs: list[tuple[str, RunHealth]]) -> str:
@@ -53,6 +60,13 @@ def merged_changes(reported: list[Reported]) -> list[tuple[str, Reported]]:
     return [("+".join(changes), last) for changes, last in order.values()]
 
 
+def scan_summary(reported: list[Reported], runs: int, changed: int, points: int) -> str:
+    """The scan's last line.  Its count is of the rows printed: an alert that fired and resolved
+    in one scan is one row ("FIRING+RESOLVED"), so one change."""
+    return (f"{plural(len(merged_changes(reported)), 'change')} in {plural(runs, 'run')} "
+            f"({changed} with new data, {plural(points, 'new point')})")
+
+
 def render_changes_table(reported: list[Reported], outcome_line: str) -> str:
     rows = [
         (
@@ -67,20 +81,33 @@ def render_changes_table(reported: list[Reported], outcome_line: str) -> str:
     ]
     if not rows:
         return outcome_line
-    return "\n".join(_aligned(rows) + [outcome_line])
+    return "\n".join(_aligned([_CHANGE_HEADER, *rows]) + [outcome_line])
 
 
 def render_changes_markdown(reported: list[Reported], outcome_line: str) -> str:
     merged = merged_changes(reported)
     if not merged:
         return outcome_line
-    lines = ["| change | severity | run | kind | onset step | message |", "|---|---|---|---|---|---|"]
-    for change, r in merged:
-        rec = r.event.record
+    rows = [(change, r.event.record, r.event.reason or r.event.record.finding["message"]) for change, r in merged]
+    return "\n".join(_markdown_rows(_CHANGE_HEADER, rows) + ["", outcome_line])
+
+
+def open_alerts_markdown(records: list[AlertRecord]) -> str:
+    """`scan --all --format markdown`'s second part: the open alerts, as markdown too."""
+    if not records:
+        return "### Open alerts\n\nnone"
+    rows = [(r.state.value, r, r.finding["message"]) for r in records]
+    return "\n".join(["### Open alerts", "", *_markdown_rows(_OPEN_HEADER, rows)])
+
+
+def _markdown_rows(header: tuple[str, ...], rows: list[tuple[str, AlertRecord, str]]) -> list[str]:
+    """A markdown table of alerts: the first cell, then the record's columns and a message."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for first, rec, message in rows:
         kind = rec.kind + (f" ({rec.classification})" if rec.classification else "")
-        message = (r.event.reason or rec.finding["message"]).replace("|", "\\|")
-        lines.append(f"| {change} | {rec.severity} | `{rec.run}` | {kind} | {rec.start_step} | {message} |")
-    return "\n".join(lines + ["", outcome_line])
+        cell = message.replace("|", "\\|")  # a pipe in a message would end its cell
+        lines.append(f"| {first} | {rec.severity} | `{rec.run}` | {kind} | {rec.start_step} | {cell} |")
+    return lines
 
 
 def open_alerts_table(records: list[AlertRecord]) -> str:
@@ -91,7 +118,7 @@ def open_alerts_table(records: list[AlertRecord]) -> str:
          str(r.start_step), r.finding["message"])
         for r in records
     ]
-    return "\n".join(_aligned(rows))
+    return "\n".join(_aligned([_OPEN_HEADER, *rows]))
 
 
 def _aligned(rows: list[tuple[str, ...]]) -> list[str]:

@@ -79,10 +79,11 @@ def test_clean_run_exits_0_with_a_clear_line(logdir):
 
 def test_table_is_one_line_per_alert_worst_first_then_one_health_line_per_run(logdir):
     lines = invoke("analyze", str(logdir)).stdout.splitlines()
-    assert lines[0].startswith("CRIT  nan ")
-    assert "loss_spike/fast_recovering" in lines[1]
-    assert lines[2] == "2 alerts in 3 runs (1 critical, 1 info)"
-    assert lines[3:] == [
+    assert lines[0] == "severity  run    kind                        steps      message"
+    assert lines[1].startswith("CRIT      nan    nonfinite                   1500-1999  ")
+    assert lines[2].startswith("info      spiky  loss_spike/fast_recovering  ")
+    assert lines[3] == "2 alerts in 3 runs (1 critical, 1 info)"
+    assert lines[4:] == [
         "health  clean  healthy   nothing wrong seen; 0 loss spikes; last step 1999",
         "health  nan    diverged  nonfinite on train/loss since step 1500; 0 loss spikes; last step 1999",
         "health  spiky  healthy   nothing wrong seen; 1 loss spike (0.5 per 1k steps, largest 3x its baseline at step 1000; "
@@ -155,4 +156,4 @@ def test_json_stream_and_trainer_state_are_analysed(tmp_path):
 
 def test_the_count_line_says_1_alert_in_1_run():
     out = invoke("analyze", str(REPO / "sample_runs" / "lr_burst"), "--fail-on", "never").stdout.splitlines()
-    assert out[1] == "1 alert in 1 run (1 warning)"
+    assert out[2] == "1 alert in 1 run (1 warning)"

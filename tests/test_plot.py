@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 from app import plot
 from app.cli import main
@@ -205,3 +207,50 @@ def test_the_worst_alert_is_the_subtitle_in_its_severity_colour(tmp_path):
     assert subtitle.get_color() == "#c62828"  # critical, as the web UI's badge
     lr_burst = plot.draw_run(str(SAMPLES / "lr_burst"), read_path(str(SAMPLES / "lr_burst")).runs["lr_burst"])
     assert lr_burst.axes[0].get_title() == "lr_burst: 1 alert (1 warning)"
+
+
+def label_boxes(fig) -> list[tuple[object, object, str]]:
+    """Each alert label's box on the drawn figure, with its panel's box and its id."""
+    renderer = fig.canvas.get_renderer()
+    fig.draw(renderer)
+    return [(t.get_window_extent(renderer), ax.get_window_extent(renderer), t.get_gid())
+            for ax in fig.axes for t in ax.texts if (t.get_gid() or "").endswith("-label") and t.get_visible()]
+
+
+def crowded_panel() -> plot._Panel:
+    """A panel with more labels than fit: marks 6 to 20 steps apart of a 2000-step axis, long
+    and short names, one at each edge, and a note at the top left as the warm-up clip writes."""
+    fig = Figure(figsize=(plot.WIDTH_INCHES, plot.PANEL_INCHES), dpi=plot.DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    ax.set_xlim(-20, 2020)
+    ax.text(0.005, 0.985, "warm-up clipped: up to 20 before step 17", transform=ax.transAxes, fontsize=8, va="top", gid="note")
+    names = ["spike-divergent", "grad-norm explosion 12.5x", "restart", "nonfinite", "plateau"]
+    labels = [(float(x), f"{names[k % len(names)]} {x}", "black", f"mark-{x}-label")
+              for k, x in enumerate([0, 6, 12, 30, 500, 503, 506, 510, 515, 520, 525, 530, 540, 1000, 1010, 1020, 1960, 1970, 1980, 1985, 1990, 1995, 1999, 2000])]
+    return plot._Panel(ax, None, labels)
+
+
+def test_crowded_labels_take_rows_and_those_that_fit_nowhere_are_left_out():
+    panel = crowded_panel()
+    panel.ax.figure.draw_without_rendering()
+    plot._place_labels(panel, panel.ax.figure.canvas.get_renderer())
+    placed = label_boxes(panel.ax.figure)
+    assert 8 <= len(placed) < len(panel.labels)
+    note = next(t for t in panel.ax.texts if t.get_gid() == "note").get_window_extent()
+    for i, (box, panel_box, gid) in enumerate(placed):
+        assert panel_box.x0 - 0.5 <= box.x0 and box.x1 <= panel_box.x1 + 0.5 and panel_box.y0 <= box.y0 and box.y1 <= panel_box.y1, gid
+        assert not box.overlaps(note), gid
+        for other, _, other_gid in placed[i + 1:]:
+            assert not box.overlaps(other), (gid, other_gid)
+
+
+@pytest.mark.parametrize("name", ["fp16_overflow", "lr_burst", "resume", "bad_batch"])
+def test_alert_labels_do_not_collide_and_stay_inside_their_panel(name, tmp_path):
+    run = read_path(str(SAMPLES / name)).runs[name]
+    placed = label_boxes(plot.draw_run(str(SAMPLES / name), run))
+    assert placed
+    for i, (box, panel_box, gid) in enumerate(placed):
+        assert panel_box.x0 - 0.5 <= box.x0 and box.x1 <= panel_box.x1 + 0.5 and panel_box.y0 <= box.y0 and box.y1 <= panel_box.y1, gid
+        for other, _, other_gid in placed[i + 1:]:
+            assert not box.overlaps(other), (gid, other_gid)

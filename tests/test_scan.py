@@ -7,12 +7,14 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -27,6 +29,8 @@ from app.cli import main
 from app.scan import Reporter, printed, scan
 from app.store.db import open_store
 from tests.eventfiles import record, scalar_event, write_events
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def loss_curve(n: int, seed: int = 0) -> np.ndarray:
@@ -293,15 +297,45 @@ def test_scan_command_exit_codes_and_formats(tmp_path):
     runner = CliRunner()
     first = runner.invoke(main, ["scan", str(tmp_path / "logs"), "--db", url])
     assert first.exit_code == 1
-    assert first.stdout.splitlines()[0].startswith("FIRING  CRIT  r  nonfinite  500  train/loss is NaN at 100 points")
-    assert first.stdout.splitlines()[-1] == "1 changes in 1 runs (1 with new data, 600 new points)"
+    assert first.stdout.splitlines()[:2] == [
+        "change  severity  run  kind       onset step  message",
+        "FIRING  CRIT      r    nonfinite  500         train/loss is NaN at 100 points from step 500 and never finite again",
+    ]
+    assert first.stdout.splitlines()[-1] == "1 change in 1 run (1 with new data, 600 new points)"
     again = runner.invoke(main, ["scan", str(tmp_path / "logs"), "--db", url, "--format", "json"])
     assert again.exit_code == 0 and json.loads(again.stdout)["changes"] == []
     everything = runner.invoke(main, ["scan", str(tmp_path / "logs"), "--db", url, "--all", "--format", "json"])
     assert everything.exit_code == 1
     assert [a["alert"]["kind"] for a in json.loads(everything.stdout)["alerts"]] == ["nonfinite"]
     markdown = runner.invoke(main, ["scan", str(tmp_path / "logs"), "--db", url, "--format", "markdown", "--all"])
-    assert "| FIRING" not in markdown.stdout and "open alerts:" in markdown.stdout
+    assert markdown.stdout.splitlines() == [  # all of it markdown: the open alerts too
+        "0 changes in 1 run (0 with new data, 0 new points)",
+        "",
+        "### Open alerts",
+        "",
+        "| state | severity | run | kind | onset step | message |",
+        "|---|---|---|---|---|---|",
+        "| firing | critical | `r` | nonfinite | 500 | train/loss is NaN at 100 points from step 500 and never finite again |",
+    ]
+    table = runner.invoke(main, ["scan", str(tmp_path / "logs"), "--db", url, "--all"])
+    assert table.stdout.splitlines()[2:] == [
+        "open alerts:",
+        "state   severity  run  kind       onset step  message",
+        "FIRING  CRIT      r    nonfinite  500         train/loss is NaN at 100 points from step 500 and never finite again",
+    ]
+
+
+def test_the_scan_count_is_of_the_rows_printed(tmp_path):
+    """lr_burst's spike fires and resolves in one scan: one row, FIRING+RESOLVED, so 1 change."""
+    lr_burst = str(REPO / "sample_runs" / "lr_burst")
+    table = CliRunner().invoke(main, ["scan", lr_burst, "--db", f"sqlite:///{tmp_path / 'a.db'}", "--fail-on", "never"])
+    header, row, count = table.stdout.splitlines()
+    assert header.startswith("change  ") and row.startswith("FIRING+RESOLVED  WARN  ")
+    assert re.fullmatch(r"1 change in 1 run \(1 with new data, \d+ new points\)", count), count
+    markdown = CliRunner().invoke(main, ["scan", lr_burst, "--db", f"sqlite:///{tmp_path / 'b.db'}", "--format", "markdown"])
+    header, rule, row, blank, markdown_count = markdown.stdout.splitlines()
+    assert row.startswith("| firing+resolved | warning | `lr_burst` | loss_spike (slow_recovering) | 1202 | ")
+    assert markdown_count == count
 
 
 def test_scan_with_a_bad_store_url_is_exit_2(tmp_path):

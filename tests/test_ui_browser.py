@@ -5,10 +5,14 @@ search, live refresh, the dark scheme, error pages and the sign-in that returns 
 from __future__ import annotations
 
 import re
+import threading
 
 import httpx
+import numpy as np
 import pytest
 
+from analyzers.baseline import trailing_baseline
+from analyzers.config import AnalysisConfig
 from app.store import tokens
 from app.store.db import open_store
 from tests.service_helpers import server_process, wait_for
@@ -21,7 +25,10 @@ READY = "#charts[data-ready=true]"
 def samples_server(tmp_path_factory):
     """One `losswatch serve` over the sample runs for the module (reading them takes a while)."""
     db = tmp_path_factory.mktemp("ui") / "ui.db"
-    with server_process(f"sqlite:///{db}", "--allow-root", SAMPLES, "--poll-interval", "600") as (base, _):
+    with server_process(f"sqlite:///{db}", "--allow-root", SAMPLES, "--poll-interval", "600") as (base, process):
+        # Its request log is read by no one: drained, or a full pipe would stop the server
+        # once the module's pages (each refreshing every 30 s) have made a few hundred requests.
+        threading.Thread(target=process.stderr.read, daemon=True).start()
         httpx.post(f"{base}/v1/logdirs", json={"path": SAMPLES}, timeout=120)
         wait_for(lambda: len(httpx.get(f"{base}/v1/runs").json()) == 9, timeout=60)
         yield base
@@ -284,4 +291,79 @@ def test_a_chart_downloads_as_csv_and_png(samples_server, browser):  # noqa: F81
     with page.expect_download() as png_download:
         box.locator("button:has-text('PNG')").click()
     assert open(png_download.value.path(), "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    assert errors == []
+
+
+def test_the_x_axis_is_the_step_the_relative_time_or_the_wall_time_kept_in_the_url(samples_server, browser):  # noqa: F811
+    errors = []
+    page = opened(browser, samples_server + "/run?name=bad_batch", errors)
+    assert page.input_value("#x-axis") == "step" and "x=" not in page.url
+    page.select_option("#x-axis", "relative")
+    page.wait_for_selector(".chart[data-xaxis=relative]")
+    assert "x=relative" in page.url
+    assert set(x_ranges(page)) == {"0..2999"}  # the same steps, now placed by time
+    ticks = page.get_attribute(".chart[data-tag='train/loss']", "data-xticks").split("|")
+    assert ticks[0] == "0s" and all(re.fullmatch(r"\d+[smh]( \d+[sm])?", t) for t in ticks) and len(set(ticks)) == len(ticks), ticks
+    loss = page.locator(".chart[data-tag='train/loss']")
+    over = loss.locator(".u-over").bounding_box()
+    page.mouse.move(over["x"] + over["width"] * 0.5, over["y"] + over["height"] / 2)
+    readout = loss.locator(".u-legend .u-series").nth(0).locator(".u-value").inner_text()
+    assert re.fullmatch(r"2m [23]\ds \(step 1[45]\d\d\)", readout), readout  # 0.1 s a step
+    # A zoom in time is a zoom in steps, and the URL keeps both.
+    drag(page, 0, 0.4, 0.6)
+    page.wait_for_selector("#charts:not([data-zoom=''])")
+    lo, hi = (int(v) for v in x_ranges(page)[0].split(".."))
+    assert 1000 < lo < hi < 2000 and f"from={lo}&to={hi}" in page.url and "x=relative" in page.url
+    # Wall time, from the URL: times of day, and back to steps unchanged.
+    page = opened(browser, samples_server + "/run?name=bad_batch&from=1400&to=1600&x=wall", errors)
+    assert page.input_value("#x-axis") == "wall" and set(x_ranges(page)) == {"1400..1600"}
+    ticks = page.get_attribute(".chart[data-tag='train/loss']", "data-xticks").split("|")
+    assert all(re.fullmatch(r"\d\d:\d\d", t) for t in ticks), ticks
+    page.select_option("#x-axis", "step")
+    page.wait_for_selector(".chart[data-xaxis=step]")
+    assert set(x_ranges(page)) == {"1400..1600"} and "x=" not in page.url
+    # A run logged without wall times has only steps.
+    page = opened(browser, samples_server + "/run?name=hf_trainer&x=relative", errors)
+    assert page.input_value("#x-axis") == "step"
+    assert page.eval_on_selector_all("#x-axis option:disabled", "os => os.map(o => o.value)") == ["relative", "wall"]
+    assert set(page.eval_on_selector_all(".chart", "els => els.map(e => e.dataset.xaxis)")) == {"step"}
+    assert errors == []
+
+
+def test_the_run_clock_maps_steps_to_times_and_back(samples_server, browser):  # noqa: F811
+    page = opened(browser, samples_server + "/run?name=clean", [])
+    check = """() => {
+      const c = chartkit.clock([0, 10, 20, 30, 40], [100, null, 120, 110, 140]);
+      return [c.start, c.toTime(10), c.toTime(25), c.toStep(110), c.toStep(130), c.toTime(50),
+              chartkit.clock([5], [1]), chartkit.duration(45), chartkit.duration(725), chartkit.duration(12000), chartkit.duration(180000)];
+    }"""
+    # A wall time missing is skipped; a clock set back (110 after 120) is held, 1 ms on.
+    start, at10, at25, step110, step130, at50, *rest = page.evaluate(check)
+    assert (start, at10, step110) == (100, 110, 10)
+    assert abs(at25 - 120.0005) < 1e-9 and abs(step130 - 34.9995) < 1e-3 and abs(at50 - 160.0) < 1e-2
+    assert rest == [None, "45s", "12m 5s", "3h 20m", "2d 2h"]
+
+
+def test_the_loss_chart_draws_the_detectors_baseline_and_noise_band(samples_server, browser):  # noqa: F811
+    series = httpx.get(samples_server + "/v1/runs/bad_batch/series", params={"tag": "train/loss", "max_points": 100_000}).json()
+    values = np.array([v for _, v in series["points"] if isinstance(v, float)])
+    expected = trailing_baseline(values, AnalysisConfig().spikes.baseline)
+    body = httpx.get(samples_server + "/v1/runs/bad_batch/baseline", params={"tag": "train/loss", "max_points": 100_000}).json()
+    assert body["sigmas"] == 3.0 and len(body["points"]) == len(values) == 3000
+    level = np.array([np.nan if p[1] is None else p[1] for p in body["points"]])
+    sigma = np.array([np.nan if p[2] is None else p[2] for p in body["points"]])
+    np.testing.assert_allclose(level, expected.level, equal_nan=True)
+    np.testing.assert_allclose(sigma, expected.sigma, equal_nan=True)
+    zoomed = httpx.get(samples_server + "/v1/runs/bad_batch/baseline", params={"tag": "train/loss", "start": 1400, "end": 1600, "max_points": 50}).json()
+    steps = [p[0] for p in zoomed["points"]]
+    assert len(steps) == 50 and steps[0] == 1400 and steps[-1] == 1600
+    missing = httpx.get(samples_server + "/v1/runs/bad_batch/baseline", params={"tag": "nope"})
+    assert missing.status_code == 404 and missing.json()["error"]["message"] == "run 'bad_batch' has no tag 'nope'"
+    errors = []
+    page = opened(browser, samples_server + "/run?name=bad_batch&from=1400&to=1600", errors)
+    loss = page.locator(".chart[data-tag='train/loss']")
+    assert int(loss.get_attribute("data-band")) > 100  # drawn, from the zoomed window's baseline
+    assert page.locator(".chart[data-tag='train/grad_norm']").get_attribute("data-band") is None  # the loss chart only
+    page.locator(".chart-box:has(.chart[data-tag='train/loss']) button.band-toggle").click()
+    page.wait_for_selector(".chart[data-tag='train/loss'][data-band=off]")
     assert errors == []

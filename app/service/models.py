@@ -121,6 +121,17 @@ class RunDetail(RunSummary):
                                                                    "to this run, in the order they apply (later wins)")
 
 
+class BaselineResponse(BaseModel):
+    run: str
+    tag: str
+    sigmas: float = Field(description="the noise band is baseline +/- this many sigmas")
+    points: list[tuple[int, float | None, float | None]] = Field(
+        description="[step, baseline, sigma] at an even stride of the finite points; null before enough earlier points")
+    model_config = ConfigDict(json_schema_extra={"example": {
+        "run": "gpt-small", "tag": "train/loss", "sigmas": 3.0, "points": [[0, None, None], [1500, 0.91, 0.06]],
+    }})
+
+
 class SeriesResponse(BaseModel):
     run: str
     tag: str

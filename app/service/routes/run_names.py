@@ -40,7 +40,7 @@ class EncodedRunNames:
 
 def run_name(
     request: Request,
-    run: str = Path(..., description="The run's name. Send `/` in it as `%2F` to read a run whose name ends in `/series` "
+    run: str = Path(..., description="The run's name. Send `/` in it as `%2F` to read a run whose name ends in `/series`, `/baseline` "
                                      "or `/alerts`."),
 ) -> str:
     """The run a read is about: the decoded one-segment name when the client sent one,

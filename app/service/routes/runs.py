@@ -16,9 +16,10 @@ from app.downsample import MinMaxSketch
 from app.ingest.points import json_number
 from app.ingest.textlogs import MAX_NAME, MAX_STEP
 from app.service.auth import READ
+from app.service.baseline_band import BAND_SIGMAS, band_points
 from app.service.errors import ApiError
 from app.service.limits import HEAVY_SERIES_WRITES
-from app.service.models import AlertView, Error, RunDetail, RunSummary, SeriesResponse
+from app.service.models import AlertView, BaselineResponse, Error, RunDetail, RunSummary, SeriesResponse
 from app.service.routes.alerts import alert_view
 from app.service.routes.common import checked_name, one_run, settings_of, store_of, utf8_url
 from app.service.routes.run_names import run_name
@@ -82,6 +83,37 @@ def series(
         wall_times=[float(w) if np.isfinite(w) else None for w in wall],
         log_axis=wants_log(np.asarray(value, dtype=float)[np.isfinite(value)]),
     )
+
+
+@router.get("/{run:path}/baseline", response_model=BaselineResponse, responses=_SERIES_ERRORS,
+            summary="One tag's baseline and noise band, as the spike detector measures them")
+def baseline(
+    request: Request,
+    run: str = RunName,
+    tag: str = Query(..., description="The tag"),
+    start: int | None = Query(None, ge=-MAX_STEP, le=MAX_STEP, description="First step"),
+    end: int | None = Query(None, ge=-MAX_STEP, le=MAX_STEP, description="Last step"),
+    max_points: int = Query(2000, ge=8, le=100_000, description="At most this many points, at an even stride"),
+    source: str | None = Source,
+) -> BaselineResponse:
+    """Read whole (the trailing median of each point needs the points before it): a heavy
+    request past HEAVY_SERIES_WRITES stored points, as a full series read is."""
+    checked_name(tag, "tag", MAX_NAME)
+    if start is not None and end is not None and start > end:
+        raise ApiError(422, "invalid_request", f"start ({start}) is after end ({end})")
+    with request.app.state.heavy.claim() as claim, store_of(request).read() as conn:
+        found = one_run(conn, run, source)
+        spans = stored_runs.tag_chunks(conn, found.id, tag, None, None)
+        if spans is None:
+            raise ApiError(404, "not_found", f"run {run!r} has no tag {tag!r}")
+        if sum(s.count for s in spans) > HEAVY_SERIES_WRITES:
+            claim.take()
+        resume_to = resume_steps(stored_runs.load_resumes(conn, found.id), tag)
+        chunks = list(stored_runs.current_points(conn, spans, None, None, resume_to))
+    steps = np.concatenate([c[0] for c in chunks]) if chunks else np.zeros(0, np.int64)
+    values = np.concatenate([c[1] for c in chunks]) if chunks else np.zeros(0)
+    points = band_points(steps, np.asarray(values, dtype=float), settings_of(request).analysis.spikes.baseline, start, end, max_points)
+    return BaselineResponse(run=run, tag=tag, sigmas=BAND_SIGMAS, points=points)
 
 
 @router.get("/{run:path}/alerts", response_model=list[AlertView], responses=_NOT_FOUND, summary="A run's alerts, every state")
