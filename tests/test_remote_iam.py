@@ -145,4 +145,4 @@ def test_the_cli_says_access_denied_in_one_line_and_scans_the_rest(as_user, tmp_
     result = CliRunner().invoke(main, ["scan", no_list, open_, "--db", f"sqlite:///{tmp_path / 'cli.db'}"])
     assert result.exit_code == 2
     assert result.stderr == f"losswatch: {no_list}: access denied\n"
-    assert result.stdout == "0 changes in 1 runs (1 with new data, 10 new points)\n"
+    assert result.stdout == "0 changes in 1 run (1 with new data, 10 new points)\n"
