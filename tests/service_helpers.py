@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import httpx
@@ -50,10 +51,15 @@ def server_process(url: str, *args: str):
     """`losswatch serve` as a real process on a free port; yields (base URL, process)."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    # Its log goes to a file, which never fills as a pipe nobody reads would (the server would
+    # then hang on its next log line); `process.stderr` reads it from the start.
+    log = tempfile.NamedTemporaryFile(prefix="losswatch-serve-", suffix=".log", delete=False)
     process = subprocess.Popen(
         [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--db", url, *args],
-        stderr=subprocess.PIPE, env=env,
+        stderr=log, env=env,
     )
+    log.close()
+    process.stderr = open(log.name, "rb")
     base = f"http://127.0.0.1:{port}"
 
     def up() -> bool:
@@ -70,3 +76,5 @@ def server_process(url: str, *args: str):
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
             process.wait(timeout=30)
+        process.stderr.close()
+        os.unlink(log.name)
