@@ -111,8 +111,10 @@ def _tells(reported, event: Event) -> bool:
 
 
 def _ordered(run: Run) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The points in the order the job wrote them: by segment (a resumed job's second event
+    file comes after its first, its steps going back), then by step."""
     p = run.points
-    order = np.argsort(p.step, kind="stable")
+    order = np.lexsort((p.step, run.segment))
     return p.step[order], p.tag[order], p.value[order]
 
 
