@@ -61,16 +61,10 @@ def series(
     """The tag's current view between `start` and `end`, read chunk by chunk and downsampled
     as it is read (`app.downsample.MinMaxSketch`): a run of millions of points is never held
     whole.  A read over many stored points is a heavy request (503 when the service is full)."""
-    checked_name(tag, "tag", MAX_NAME)
-    if start is not None and end is not None and start > end:
-        raise ApiError(422, "invalid_request", f"start ({start}) is after end ({end})")
+    _check_window(tag, start, end)
     with request.app.state.heavy.claim() as claim, store_of(request).read() as conn:
         found = one_run(conn, run, source)
-        spans = stored_runs.tag_chunks(conn, found.id, tag, start, end)
-        if spans is None:
-            raise ApiError(404, "not_found", f"run {run!r} has no tag {tag!r}")
-        if sum(s.count for s in spans) > HEAVY_SERIES_WRITES:
-            claim.take()
+        spans = _tag_spans(conn, claim, found.id, run, tag, start, end)
         resume_to = resume_steps(stored_runs.load_resumes(conn, found.id), tag)
         first, last = min((s.first_step for s in spans), default=0), max((s.last_step for s in spans), default=0)
         sketch = MinMaxSketch(first if start is None else max(first, start), last if end is None else min(last, end), max_points)
@@ -98,16 +92,10 @@ def baseline(
 ) -> BaselineResponse:
     """Read whole (the trailing median of each point needs the points before it): a heavy
     request past HEAVY_SERIES_WRITES stored points, as a full series read is."""
-    checked_name(tag, "tag", MAX_NAME)
-    if start is not None and end is not None and start > end:
-        raise ApiError(422, "invalid_request", f"start ({start}) is after end ({end})")
+    _check_window(tag, start, end)
     with request.app.state.heavy.claim() as claim, store_of(request).read() as conn:
         found = one_run(conn, run, source)
-        spans = stored_runs.tag_chunks(conn, found.id, tag, None, None)
-        if spans is None:
-            raise ApiError(404, "not_found", f"run {run!r} has no tag {tag!r}")
-        if sum(s.count for s in spans) > HEAVY_SERIES_WRITES:
-            claim.take()
+        spans = _tag_spans(conn, claim, found.id, run, tag, None, None)
         resume_to = resume_steps(stored_runs.load_resumes(conn, found.id), tag)
         chunks = list(stored_runs.current_points(conn, spans, None, None, resume_to))
     steps = np.concatenate([c[0] for c in chunks]) if chunks else np.zeros(0, np.int64)
@@ -149,3 +137,21 @@ def _summary(run, counts: dict[str, int], config: AnalysisConfig, now: float, al
         open_alerts={s: counts.get(s, 0) for s in ("critical", "warning", "info")}, analysis_error=run.analysis_error,
         health=run.health, last_seen=run.last_seen_at, status=liveness.status(run, config, now, alerting),
     )
+
+
+def _check_window(tag: str, start: int | None, end: int | None) -> None:
+    """What a series or baseline read refuses before touching the store."""
+    checked_name(tag, "tag", MAX_NAME)
+    if start is not None and end is not None and start > end:
+        raise ApiError(422, "invalid_request", f"start ({start}) is after end ({end})")
+
+
+def _tag_spans(conn, claim, run_id: int, run: str, tag: str, start: int | None, end: int | None) -> list:
+    """The tag's stored chunks between `start` and `end` (404 for a tag the run lacks); a read
+    over more than HEAVY_SERIES_WRITES stored points takes a heavy-request slot."""
+    spans = stored_runs.tag_chunks(conn, run_id, tag, start, end)
+    if spans is None:
+        raise ApiError(404, "not_found", f"run {run!r} has no tag {tag!r}")
+    if sum(s.count for s in spans) > HEAVY_SERIES_WRITES:
+        claim.take()
+    return spans
