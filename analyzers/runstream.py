@@ -81,6 +81,15 @@ class NeedsReplay(Exception):
         super().__init__("writes rewrite steps already analysed: " + ", ".join(f"{t} from step {s}" for t, s in rewrites.items()))
 
 
+class StateOutdated(Exception):
+    """A saved state of another format (a detector's state changed shape since it was
+    saved): the run is fed again from the start."""
+
+
+# Raise when any detector's state changes shape.
+STATE_FORMAT = 2
+
+
 # -- the state --------------------------------------------------------------------------
 
 
@@ -718,9 +727,13 @@ def dumps(state: RunState) -> bytes:
 
 
 def loads(data: bytes) -> RunState:
+    """The state `dumps` saved; StateOutdated if it was saved in another format."""
     size = int.from_bytes(data[:8], "little")
     arrays = memoryview(data)[8 + size :]
-    return _run_state(json.loads(zlib.decompress(data[8 : 8 + size])), lambda d: _unarray(d, arrays))
+    plain = json.loads(zlib.decompress(data[8 : 8 + size]))
+    if plain.get("format") != STATE_FORMAT:
+        raise StateOutdated(f"state format {plain.get('format', 1)}, expected {STATE_FORMAT}")
+    return _run_state(plain, lambda d: _unarray(d, arrays))
 
 
 class _Packer:
@@ -809,6 +822,7 @@ def _plain(state: RunState, _array) -> dict:
         }
     tally = state.tally
     return {
+        "format": STATE_FORMAT,
         "tags": tags,
         "kept": [{"group": k.group, "tag": k.tag, "finding": _finding_plain(k.finding), "done": k.done} for k in state.kept],
         "resumes": [
