@@ -37,6 +37,7 @@ def _analyze(run: RunSeries, config: AnalysisConfig) -> list[Finding]:
     explosions = [f for s in run.with_role(Role.GRAD_NORM) for f in GradNormDetector(config.grad_norm).detect(s)]
     explosions, spikes = _join(explosions, spikes, config.incident_steps)
     trends = _trends(run, config, spikes, explosions)
+    spikes = [s for s in spikes if not overfitting_tells(s, trends)]
     findings = (
         spikes
         + explosions
@@ -110,4 +111,16 @@ def _explained(divergence: Finding, spikes: list[Finding]) -> bool:
         and s.start_step >= divergence.start_step
         and (s.classification is not SpikeClass.FAST_RECOVERING if end is None else s.start_step <= end)
         for s in spikes
+    )
+
+
+def overfitting_tells(spike: Finding, trends: list[Finding]) -> bool:
+    """An evaluation loss's spike inside an overfitting finding of its tag (from the best
+    evaluation to where it ends) is that rise seen point by point: the overfitting alert,
+    which says where early stopping would have stopped, tells it (a Marian validation loss
+    rising 15% over 4 evaluations while its train loss falls)."""
+    return any(
+        f.kind is Kind.OVERFITTING and f.tag == spike.tag
+        and f.start_step <= spike.start_step <= (f.end_step if f.end_step is not None else spike.start_step)
+        for f in trends
     )

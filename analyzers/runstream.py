@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from analyzers.analyze import _explained, _join
+from analyzers.analyze import _explained, _join, overfitting_tells
 from analyzers.config import AnalysisConfig
 from analyzers.findings import Finding, Kind, Severity, SpikeClass
 from analyzers.gradnorm import GradNormDetector, GradNormState
@@ -484,6 +484,7 @@ def _cross(state: RunState, config: AnalysisConfig) -> list[Finding]:
     explosions = [f for _, f in _group(state, "grad")]
     explosions, spikes = _join(explosions, spikes, config.incident_steps)
     trends = _trends(state, config, series, by_role, spikes, explosions)
+    spikes = [s for s in spikes if not overfitting_tells(s, trends)]
     fp16 = bool(by_role[Role.LOSS_SCALE])
     train = [series[t] for t in by_role[Role.LOSS]]
     nonfinite = []

@@ -204,8 +204,8 @@ def test_the_2_to_3x_blips_of_a_regression_minibatch_loss_are_noise(seed):
     found = LossSpikeDetector().detect(series(v))
     level = np.median(v[500:])
     assert np.sum((v[500:] > 2 * level) & (v[500:] < 3 * level)) > 80  # it throws them every few dozen steps
-    assert sum(f.ratio < 3 for f in found) <= 1, [f.message for f in found]  # of those, at most one
-    assert all(f.severity is Severity.INFO for f in found) and len(found) <= 10  # and a few of its 3-50x ones
+    assert sum(f.ratio < 3 for f in found) <= 2, [f.message for f in found]  # of those, at most two
+    assert all(f.severity is Severity.INFO for f in found) and len(found) <= 12  # and a few of its 3-50x ones
 
 
 # -- alert early, then refine -------------------------------------------------------------
