@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from analyzers.config import AnalysisConfig
-from analyzers.findings import Finding, Kind, SpikeClass
+from analyzers.findings import Finding, Kind, Severity, SpikeClass
 from analyzers.gradnorm import GradNormDetector
 from analyzers.lossscale import LossScaleDetector
 from analyzers.nonfinite import NonFiniteDetector
@@ -86,7 +86,7 @@ def _join(explosions: list[Finding], spikes: list[Finding], lead: int) -> tuple[
             if start - lead <= s.start_step <= max(start + lead, explosion.end_step or start)
         ]
         if not near:
-            joined.append(explosion)
+            joined.append(_absorbed(explosion) if explosion.evidence.get("points") == 1 and not explosion.ongoing else explosion)
             continue
         i, spike = min(near, key=lambda pair: abs(pair[1].start_step - start))
         spikes[i] = replace(spike, evidence={**spike.evidence, "grad_norm_explosion_step": start, "grad_norm_ratio": explosion.ratio})
@@ -99,6 +99,15 @@ def _join(explosions: list[Finding], spikes: list[Finding], lead: int) -> tuple[
             )
         )
     return joined, spikes
+
+
+def _absorbed(explosion: Finding) -> Finding:
+    """A one-point explosion no loss spike followed: clipping (or the optimizer) absorbed it."""
+    return replace(
+        explosion,
+        severity=Severity.INFO,
+        message=f"{explosion.message}; back at the next point and no loss spike followed",
+    )
 
 
 def _explained(divergence: Finding, spikes: list[Finding]) -> bool:
