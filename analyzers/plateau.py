@@ -19,15 +19,16 @@ Three cases, each a warning on the loss tag:
   about once in 60 levels), three in a row are not.  Not while the LR is still warming
   up where the plateau ends (or now): a loss waiting for its LR is not stuck.
 * **learning rate at zero**: the LR is 0, or a value that repeats at most `zero_lr` (1e-4)
-  of its peak so far, for `points` points and `steps` steps while the loss does not
-  improve.  sample_runs/stalled_lr sets it to 1e-9 (5e-7 of its 0.002 peak) at step 200.  A
+  of its peak so far, for `points` points and `lr_steps` (200) steps while the loss does not
+  improve (a warm-up from 0 moves at its next point; a char-LM whose scheduler set the LR
+  to 0, `charlm_lr_zero`, was told 1,009 steps in with the chance-level 1,000).  sample_runs/stalled_lr sets it to 1e-9 (5e-7 of its 0.002 peak) at step 200.  A
   schedule decaying to 0 moves at every point, so its tail never counts however long the
   run; a step schedule's last stage (ResNet's 0.1 -> 0.0001 is 1e-3 of the peak) is above
   1e-4.
 * **learning rate frozen mid-decay**: an LR that fell at every one of its last `points`
   logged points (a continuous decay: cosine, linear, exponential; a step schedule holds
-  between its drops) and then repeats one value for `points` points and `steps` steps, at
-  more than `frozen_share` (10%) of its peak, while the loss does not improve: a scheduler
+  between its drops) and then repeats one value for `points` points and `lr_steps` steps, at
+  more than `frozen_share` (10%) of its peak (for as long), while the loss does not improve: a scheduler
   no longer stepped.  A planned floor is at most 10% of the peak (LLaMA's cosine ends at
   10%, most at 0 or 1%), and a warm-up that ends in a constant LR (or a WSD schedule's
   stable phase) rose before it, never fell.  Any other LR that stops moving is not alerted:
@@ -59,8 +60,9 @@ from analyzers.trend import BlockState, cut_blocks, empty_blocks
 @dataclass(frozen=True)
 class PlateauConfig:
     block_points: int = 8  # its trend: the median of each 8 logged points (evaluations: each)
-    points: int = 32  # LR or grad norm at zero, or at chance level: 32 logged points ...
-    steps: int = 1000  # ... and 1000 steps (per-step logging: 1000 points)
+    points: int = 32  # LR at zero or frozen, or a loss at chance level: 32 logged points ...
+    steps: int = 1000  # ... and 1000 steps at chance level (per-step logging: 1000 points) ...
+    lr_steps: int = 200  # ... or 200 steps of an LR at zero or frozen (no warm-up holds one there)
     eval_points: int = 10  # an eval loss at chance level: 10 evaluations
     unmoved_points: int = 128  # not moved from its first level: 128 points ...
     unmoved_steps: int = 4000  # ... and 4000 steps
@@ -332,7 +334,7 @@ class ZeroLRDetector:
         return s, closed, self._open(s, tag)
 
     def _long(self, points: int, since: int, last: int) -> bool:
-        return points >= self.config.points and last - since >= self.config.steps
+        return points >= self.config.points and last - since >= self.config.lr_steps
 
     def _closed(self, s: ZeroLRState, points: int, end: int, last: int, tag: str) -> list[Finding]:
         return [self._finding(s, tag, end)] if self._long(points, s.since, last) else []
