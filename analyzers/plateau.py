@@ -21,7 +21,8 @@ Three cases, each a warning on the loss tag:
 * **learning rate at zero**: the LR is 0, or a value that repeats at most `zero_lr` (1e-4)
   of its peak so far, for `points` points and `lr_steps` (200) steps while the loss does not
   improve (a warm-up from 0 moves at its next point; a char-LM whose scheduler set the LR
-  to 0, `charlm_lr_zero`, was told 1,009 steps in with the chance-level 1,000).  sample_runs/stalled_lr sets it to 1e-9 (5e-7 of its 0.002 peak) at step 200.  A
+  to 0, `charlm_lr_zero`, was told 1,009 steps in with the chance-level 1,000); `steps`
+  (1000) for an LR that decayed into 0 (a schedule run to its end).  sample_runs/stalled_lr sets it to 1e-9 (5e-7 of its 0.002 peak) at step 200.  A
   schedule decaying to 0 moves at every point, so its tail never counts however long the
   run; a step schedule's last stage (ResNet's 0.1 -> 0.0001 is 1e-3 of the peak) is above
   1e-4.
@@ -62,7 +63,7 @@ class PlateauConfig:
     block_points: int = 8  # its trend: the median of each 8 logged points (evaluations: each)
     points: int = 32  # LR at zero or frozen, or a loss at chance level: 32 logged points ...
     steps: int = 1000  # ... and 1000 steps at chance level (per-step logging: 1000 points) ...
-    lr_steps: int = 200  # ... or 200 steps of an LR at zero or frozen (no warm-up holds one there)
+    lr_steps: int = 200  # ... or 200 steps of an LR set to zero at once or frozen (1000 when it decayed into 0)
     eval_points: int = 10  # an eval loss at chance level: 10 evaluations
     unmoved_points: int = 128  # not moved from its first level: 128 points ...
     unmoved_steps: int = 4000  # ... and 4000 steps
@@ -74,6 +75,11 @@ class PlateauConfig:
     frozen_share: float = 0.1  # one repeated above this share of its peak after falling at every point: frozen
     level_points: int = 64  # a loss level quoted for a stalled stretch: the median of 64 points
 
+
+# An LR under this share of its peak just before it reached 0 decayed into it (llm.c logs
+# its linear decay to 6 decimals: 1e-06, 1/600 of its peak, then 0), where a scheduler bug
+# sets it to 0 from a working value.
+_DECAYED = 0.01
 
 # Chance level ln K for the class counts a "not learning" message names (binary to 10-way,
 # CIFAR-100, ImageNet): beyond 10 the ln K of neighbours are too close to tell apart.
@@ -267,6 +273,7 @@ class ZeroLRState(StreamState):
     value: float  # the LR at the run's start, and its peak then
     peak_then: float
     last_step: int
+    sudden: bool  # the run began at once: an LR never above 0, set to 0 from above, or frozen
     falling: int  # the points in a row at which the LR fell, up to the last one
     falls: int  # the same up to the point before the current repeats (if any)
 
@@ -283,7 +290,7 @@ class ZeroLRDetector:
         self.config = config
 
     def start(self) -> ZeroLRState:
-        return ZeroLRState(-math.inf, math.nan, -1, -1, 0, math.nan, math.nan, -1, 0, 0)
+        return ZeroLRState(-math.inf, math.nan, -1, -1, 0, math.nan, math.nan, -1, False, 0, 0)
 
     def detect(self, series: Series) -> list[Finding]:
         return detect_at_once(self, series.step, series.value, series.tag)
@@ -324,7 +331,8 @@ class ZeroLRDetector:
         elif s.since >= 0:
             s = replace(s, points=s.points + n)
         for k, a in enumerate(starts):
-            run = replace(s, since=int(start_step[a]), value=float(value[a]), peak_then=float(peak[a]))
+            sudden = bool(frozen[a] or peak[a] <= 0 or (value[a] == 0 and before[a] > _DECAYED * peak[a]))
+            run = replace(s, since=int(start_step[a]), value=float(value[a]), peak_then=float(peak[a]), sudden=sudden)
             if k < len(ends):
                 b = int(ends[k])
                 closed += self._closed(replace(run, points=b - a), b - a, int(step[b]), int(step[b - 1]), tag)
@@ -333,14 +341,18 @@ class ZeroLRDetector:
         s = replace(s, **latest)
         return s, closed, self._open(s, tag)
 
-    def _long(self, points: int, since: int, last: int) -> bool:
-        return points >= self.config.points and last - since >= self.config.lr_steps
+    def _long(self, s: ZeroLRState, points: int, last: int) -> bool:
+        """Long enough to tell: `lr_steps` for an LR that was never above 0 or was set to 0
+        (or froze) at once, `steps` for one that decayed into 0 (a schedule run to its end:
+        llm.c's GPT-2 124M trains its last ~350 steps at 0)."""
+        c = self.config
+        return points >= c.points and last - s.since >= (c.lr_steps if s.sudden else c.steps)
 
     def _closed(self, s: ZeroLRState, points: int, end: int, last: int, tag: str) -> list[Finding]:
-        return [self._finding(s, tag, end)] if self._long(points, s.since, last) else []
+        return [self._finding(s, tag, end)] if self._long(s, points, last) else []
 
     def _open(self, s: ZeroLRState, tag: str) -> list[Finding]:
-        return [self._finding(s, tag, None)] if s.since >= 0 and self._long(s.points, s.since, s.last_step) else []
+        return [self._finding(s, tag, None)] if s.since >= 0 and self._long(s, s.points, s.last_step) else []
 
     def _finding(self, s: ZeroLRState, tag: str, end: int | None) -> Finding:
         share = s.value / s.peak_then if s.peak_then > 0 else 0.0

@@ -223,3 +223,19 @@ def test_a_frozen_lr_is_found_the_same_in_any_split():
     assert [(f.start_step, f.evidence["reason"]) for f in whole] == [(1200, "lr_frozen")]
     for cuts in ([1199], [1200], [1201], [600, 1200, 1231, 2000], list(range(1190, 1240))):
         assert feed_in_pieces(detector, steps, lr, cuts, "train/lr", checks=3) == whole
+
+
+@pytest.mark.parametrize("sudden", [False, True])
+def test_an_lr_set_to_zero_at_once_is_told_sooner_than_one_that_decayed_into_it(sudden):
+    # llm.c logs its linear decay to 6 decimals and trains its last ~350 steps at 0: a
+    # schedule run to its end, told after 1000 steps; a scheduler that sets 6e-4 to 0 at
+    # once, after 200
+    n = 4000
+    t = np.arange(n)
+    lr = np.round(np.where(t < 3600, 6e-4 * (1 - t / 3600), 0.0), 6)
+    if sudden:
+        lr = np.where(t < 3600, 6e-4, 0.0)
+    loss = learned(n, seed=15)
+    loss[3500:] = loss[3500] * (1 + 0.02 * np.random.default_rng(16).standard_normal(n - 3500))
+    plateaus = kinds(analyze_run(run({"train/loss": loss, "train/lr": lr})), Kind.PLATEAU)
+    assert [(f.start_step, f.evidence["reason"]) for f in plateaus] == ([(3600, "lr_zero")] if sudden else [])
