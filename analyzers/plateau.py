@@ -18,14 +18,17 @@ Three cases, each a warning on the loss tag:
   128; one level outside the band is noise (a flat 2%-noise loss strays past 3 sigmas
   about once in 60 levels), three in a row are not.  Not while the LR is still warming
   up where the plateau ends (or now): a loss waiting for its LR is not stuck.
-* **learning rate at zero**: the LR is 0, or a value that repeats at most `zero_lr` (1e-4)
-  of its peak so far, for `points` points and `lr_steps` (200) steps while the loss does not
-  improve (a warm-up from 0 moves at its next point; a char-LM whose scheduler set the LR
-  to 0, `charlm_lr_zero`, was told 1,009 steps in with the chance-level 1,000); `steps`
-  (1000) for an LR that decayed into 0 (a schedule run to its end).  sample_runs/stalled_lr sets it to 1e-9 (5e-7 of its 0.002 peak) at step 200.  A
-  schedule decaying to 0 moves at every point, so its tail never counts however long the
-  run; a step schedule's last stage (ResNet's 0.1 -> 0.0001 is 1e-3 of the peak) is above
-  1e-4.
+* **learning rate at zero**: the LR is 0, or at most `zero_lr` (1e-4) of its peak so far
+  and either repeating or reached by one drop from over 1% of the peak (a bug that scaled
+  it by 1e-8 leaves it following its schedule eight orders down: `charlm_lr_tiny`), for
+  `points` points and `lr_steps` (200) steps while the loss does not improve (a warm-up
+  from 0 moves at its next point; a char-LM whose scheduler set the LR to 0,
+  `charlm_lr_zero`, was told 1,009 steps in with the chance-level 1,000); `steps` (1000)
+  for an LR that decayed into 0 (a schedule run to its end).  sample_runs/stalled_lr sets
+  it to 1e-9 (5e-7 of its 0.002 peak) at step 200.  A schedule decaying to 0 moves at every
+  point and falls less than 100x from one point to the next, so its tail never counts
+  however long the run; a step schedule's last stage (ResNet's 0.1 -> 0.0001 is 1e-3 of the
+  peak) is above 1e-4.
 * **learning rate frozen mid-decay**: an LR that fell at every one of its last `points`
   logged points (a continuous decay: cosine, linear, exponential; a step schedule holds
   between its drops) and then repeats one value for `points` points and `lr_steps` steps, at
@@ -71,7 +74,7 @@ class PlateauConfig:
     tolerance: float = 0.01  # within 1% of where it was ...
     z: float = 3.0  # ... or 3 noise sigmas: not moved
     confirm_blocks: int = 3  # left the initial level: this many trend levels in a row outside it
-    zero_lr: float = 1e-4  # a repeated LR at most this share of its peak is zero
+    zero_lr: float = 1e-4  # an LR at most this share of its peak, repeated or dropped into, is zero
     frozen_share: float = 0.1  # one repeated above this share of its peak after falling at every point: frozen
     level_points: int = 64  # a loss level quoted for a stalled stretch: the median of 64 points
 
@@ -274,6 +277,7 @@ class ZeroLRState(StreamState):
     peak_then: float
     last_step: int
     sudden: bool  # the run began at once: an LR never above 0, set to 0 from above, or frozen
+    dropped: int  # the last point's stretch of tiny values began with a drop from above (1), did not (0); -1: none
     falling: int  # the points in a row at which the LR fell, up to the last one
     falls: int  # the same up to the point before the current repeats (if any)
 
@@ -281,16 +285,16 @@ class ZeroLRState(StreamState):
 class ZeroLRDetector:
     """Stretches where the learning rate is zero or frozen mid-decay (intermediate findings
     on the LR tag: the plateau alert goes on the loss, by `stalled_plateaus`).  Zero is 0,
-    or a value at most `zero_lr` of the peak that repeats: a schedule decaying towards 0
-    moves at every point, a scheduler bug or a run left going at the end of its schedule
-    does not.  Frozen is a value over `frozen_share` of the peak that repeats right after
+    or a value at most `zero_lr` of the peak that repeats or that one drop reached: a
+    schedule decaying towards 0 moves at every point and by less than 100x, a scheduler bug
+    or a run left going at the end of its schedule does not.  Frozen is a value over `frozen_share` of the peak that repeats right after
     the LR fell at `points` points in a row."""
 
     def __init__(self, config: PlateauConfig = PlateauConfig()) -> None:
         self.config = config
 
     def start(self) -> ZeroLRState:
-        return ZeroLRState(-math.inf, math.nan, -1, -1, 0, math.nan, math.nan, -1, False, 0, 0)
+        return ZeroLRState(-math.inf, math.nan, -1, -1, 0, math.nan, math.nan, -1, False, -1, 0, 0)
 
     def detect(self, series: Series) -> list[Finding]:
         return detect_at_once(self, series.step, series.value, series.tag)
@@ -309,10 +313,12 @@ class ZeroLRDetector:
         repeat = value == before
         falls, falling = _falls_before(value < before, repeat, state.falling, state.falls)
         frozen = repeat & (falls >= c.points) & (value > c.frozen_share * peak)
-        zero = (value == 0) | ((value <= c.zero_lr * peak) & repeat) | frozen
+        tiny = value <= c.zero_lr * peak
+        dropped = _dropped_into(tiny, before > _DECAYED * peak, state.dropped)
+        zero = (value == 0) | (tiny & (repeat | dropped)) | frozen
         latest = {
             "peak": float(peak[-1]), "prev": float(value[-1]), "prev_step": int(step[-1]), "last_step": int(step[-1]),
-            "falling": falling, "falls": int(falls[-1]),
+            "falling": falling, "falls": int(falls[-1]), "dropped": int(dropped[-1]) if tiny[-1] else -1,
         }
         if state.since < 0 and not zero.any():  # the usual case: an LR that is not zero
             return replace(state, **latest), [], []
@@ -331,7 +337,7 @@ class ZeroLRDetector:
         elif s.since >= 0:
             s = replace(s, points=s.points + n)
         for k, a in enumerate(starts):
-            sudden = bool(frozen[a] or peak[a] <= 0 or (value[a] == 0 and before[a] > _DECAYED * peak[a]))
+            sudden = bool(frozen[a] or dropped[a] or peak[a] <= 0 or (value[a] == 0 and before[a] > _DECAYED * peak[a]))
             run = replace(s, since=int(start_step[a]), value=float(value[a]), peak_then=float(peak[a]), sudden=sudden)
             if k < len(ends):
                 b = int(ends[k])
@@ -369,6 +375,15 @@ class ZeroLRDetector:
             remediation=_LR_FROZEN if frozen else _LR_ZERO,
             evidence={"reason": "lr_frozen" if frozen else "lr_zero", "lr": s.value, "lr_share": share},
         )
+
+
+def _dropped_into(tiny: np.ndarray, from_above: np.ndarray, carried: int) -> np.ndarray:
+    """At each tiny point, whether its stretch of tiny values began with a drop from above
+    `_DECAYED` of the peak (`from_above`: the point before was); `carried` says so of a
+    stretch going on before the first point (-1: none)."""
+    first = tiny & ~np.concatenate([[carried >= 0], tiny[:-1]])
+    began = np.maximum.accumulate(np.where(first, np.arange(len(tiny)), -1))
+    return tiny & np.where(began >= 0, (first & from_above)[np.maximum(began, 0)], carried == 1)
 
 
 def _falls_before(fell: np.ndarray, repeat: np.ndarray, falling: int, carried: int) -> tuple[np.ndarray, int]:

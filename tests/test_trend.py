@@ -211,16 +211,20 @@ def test_an_lr_held_as_planned_is_no_plateau(case):
     assert kinds(analyze_run(run({"train/loss": loss, "train/lr": lr})), Kind.PLATEAU) == []
 
 
-def test_a_frozen_lr_is_found_the_same_in_any_split():
+@pytest.mark.parametrize("bug", ["lr_frozen", "lr_zero"])
+def test_a_frozen_or_dropped_lr_is_found_the_same_in_any_split(bug):
     from analyzers.plateau import ZeroLRDetector
     from analyzers.stream import feed_in_pieces
 
     lr = cosine(3000)
-    lr[1200:] = lr[1200]
+    if bug == "lr_frozen":
+        lr[1200:] = lr[1200]
+    else:
+        lr[1200:] *= 1e-8
     steps = np.arange(3000, dtype=np.int64)
     detector = ZeroLRDetector()
     whole = detector.detect(run({"train/lr": lr}).series["train/lr"])
-    assert [(f.start_step, f.evidence["reason"]) for f in whole] == [(1200, "lr_frozen")]
+    assert [(f.start_step, f.evidence["reason"]) for f in whole] == [(1200, bug)]
     for cuts in ([1199], [1200], [1201], [600, 1200, 1231, 2000], list(range(1190, 1240))):
         assert feed_in_pieces(detector, steps, lr, cuts, "train/lr", checks=3) == whole
 
@@ -239,3 +243,16 @@ def test_an_lr_set_to_zero_at_once_is_told_sooner_than_one_that_decayed_into_it(
     loss[3500:] = loss[3500] * (1 + 0.02 * np.random.default_rng(16).standard_normal(n - 3500))
     plateaus = kinds(analyze_run(run({"train/loss": loss, "train/lr": lr})), Kind.PLATEAU)
     assert [(f.start_step, f.evidence["reason"]) for f in plateaus] == ([(3600, "lr_zero")] if sudden else [])
+
+
+def test_an_lr_scaled_down_eight_orders_at_once_is_zero_though_it_still_moves():
+    # charlm_lr_tiny: a bug multiplies the LR by 1e-8 at step 700; it keeps following its
+    # cosine, eight orders of magnitude down, and the loss stops improving
+    n = 3000
+    lr = cosine(n, peak=3e-3)
+    lr[700:] *= 1e-8
+    loss = learned(n, seed=17)
+    loss[700:] = loss[700] * (1 + 0.02 * np.random.default_rng(18).standard_normal(n - 700))
+    [f] = kinds(analyze_run(run({"train/loss": loss, "train/lr": lr})), Kind.PLATEAU)
+    assert (f.start_step, f.evidence["reason"]) == (700, "lr_zero")
+    assert f.message.startswith("train/loss is not learning: train/lr has been 2.69e-11 (9e-09 of its 0.003 peak) since step 700")

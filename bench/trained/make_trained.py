@@ -219,6 +219,12 @@ PLANS = [
          seed=26, steps=1500, lr_factor=lambda s: 0.0),
     Plan("charlm_lr_frozen", "A scheduler bug sets the LR to 1e-9 of its value from step 600.", seed=27,
          lr_factor=lambda s: 1e-9 if s >= 600 else 1.0),
+    Plan("charlm_lr_tiny", "A scheduler bug multiplies the LR by 1e-8 from step 700: it still follows the "
+         "schedule, eight orders of magnitude down.", seed=29, lr_factor=lambda s: 1e-8 if s >= 700 else 1.0),
+    Plan("charlm_fp16_collapse_b", "fp16 autocast with torch's GradScaler, no gradient clipping; from step 1100 "
+         "the LR is 200x.", seed=30, fp16=True, clip=None, lr_factor=lambda s: 200.0 if s >= 1100 else 1.0),
+    Plan("charlm_fp16_clean", "Clean fp16 run (torch's GradScaler), evaluated every 50 steps.", seed=31, fp16=True,
+         eval_every=50),
     Plan("charlm_lr_units_bug", "No gradient clipping, fp32; from step 800 the LR is 1000x (a units bug): the loss "
          "jumps to thousands, then settles at 3.2 for good (the model is wrecked).", seed=28, clip=None,
          lr_factor=lambda s: 1000.0 if s >= 800 else 1.0),
