@@ -178,8 +178,8 @@ class LossScaleDetector:
         return current, closed
 
     def _finding(self, tag: str, e: Collapse) -> Finding:
-        fall = e.top / e.low if e.low > 0 else math.inf
         where = f"its floor {e.low:g}" if e.stuck else f"{e.low:g}"
+        worth = f", {math.log2(e.top / e.low):.0f} halvings' worth" if e.low > 0 else ""  # none to 0
         return Finding(
             kind=Kind.LOSS_SCALE_COLLAPSE,
             tag=tag,
@@ -193,7 +193,7 @@ class LossScaleDetector:
             ongoing=e.ongoing,
             message=(
                 f"{tag} fell from {e.top:g} to {where} by step {e.low_step} "
-                f"({e.drops} drops, {math.log2(fall) if math.isfinite(fall) else math.inf:.0f} halvings' worth): "
+                f"({e.drops} drops{worth}): "
                 "fp16 overflows on most steps"
             ),
             remediation=(

@@ -328,3 +328,13 @@ def test_the_point_before_the_scale_first_holds_is_judged_the_same_in_any_split(
     value = np.array([-np.inf, 1e30, 0.5, 0.0, 2.0, 516.885, 0.5, np.inf, 65536.0, 1.0])
     once = feed_in_pieces(LossScaleDetector(), np.arange(10), value, [], "scale")
     assert feed_in_pieces(LossScaleDetector(), np.arange(10), value, [4, 7, 8], "scale", checks=4) == once
+
+
+def test_a_scale_halved_down_to_exactly_zero_is_a_collapse_that_quotes_no_infinity():
+    # torch's GradScaler has no floor: at NaN on every step it halves down to 0 in float32
+    halving = (65536 * 0.5 ** np.arange(1, 400)).astype(np.float32).astype(float)
+    scale = np.r_[np.full(100, 65536.0), halving]
+    steps = np.arange(len(scale))
+    [f] = LossScaleDetector().detect(prepare_series("loss_scale", Role.LOSS_SCALE, TagWrites(steps, scale, np.zeros(len(scale), np.int32)), {}))
+    assert f.severity is Severity.CRITICAL and f.start_step == 100
+    assert f.message == "loss_scale fell from 65536 to its floor 0 by step 265 (166 drops): fp16 overflows on most steps"
