@@ -26,9 +26,9 @@ are all found).  The curves behind the defaults:
 
 A jump that stays starts a spike too: `confirm_points` (3) points in a row whose median
 stands `held_z` (4) sigmas up, and past 1.4x what the run's own 3-point medians reach (the
-same tail rule), the first of them at least half as high; 4 is 6 sigmas of such a median of
-Gaussian noise (two of three points past 4 sigmas: a few in 10^9), and before `held_after_blocks`
-(4) tail blocks are known the bar is 6 (a sigma from 16 points is rough: a fp16 DeepSpeed
+same tail rule), the first of them at least half as high; 4 is 6 sigmas of such a median
+of Gaussian noise (two of three points past 4 sigmas: a few in 10^9), and before
+`held_after_blocks` (4) tail blocks are known the bar is 6 (a sigma from 16 points is rough: a fp16 DeepSpeed
 fine-tune's validation loss, climbing smoothly, stood 4.2 out at its 41st point).  An LR
 jump on a char-LM (`charlm_lr_jump_a`, bench/labels trained tuning) lifts the loss +0.5
 nats, 5.7-6 sigmas at each point and never past 6, for 40 steps before it slowly comes
@@ -73,8 +73,8 @@ at 87.  How long that took, in training steps, classifies it:
   horizon, divergent is final.
 * pending: none of the above can be told yet.
 
-The state holds the last `memory` points, twice 32 block maxima and the spikes being followed (at
-most `MAX_FOLLOWED`), whatever the run's length.
+The state holds the last `memory` points, twice 32 block maxima and the spikes being
+followed (at most `MAX_FOLLOWED`), whatever the run's length.
 """
 
 from __future__ import annotations
@@ -342,10 +342,10 @@ class LossSpikeDetector:
         """The points that could start a spike, with their z and threshold: far enough above
         the level (in sigmas and in representable steps) and sudden, either the point itself
         or the median of it and the `confirm_points - 1` points after it, with the point at
-        least half that high (a jump that stays, starting at the point).  A point is judged once the points after it are known, so the same onsets
-        come out however the series is cut: those of this feed are the positions from
-        `confirm_points - 1` before its first new point.  `bars` and `held.bar` end at the
-        window's last point."""
+        least half that high (a jump that stays, starting at the point).  A point is judged
+        once the points after it are known, so the same onsets come out however the series
+        is cut: those of this feed are the positions from `confirm_points - 1` before its
+        first new point.  `bars` and `held.bar` end at the window's last point."""
         c = self.config
         lag = c.confirm_points - 1
         lo, hi = max(w.new - lag, 0), len(w.value) - lag  # the points judged now: [lo, hi)
