@@ -221,8 +221,9 @@ def feed_run(
             if tag not in state.tags:
                 state.tags[tag] = _new_tag(roles[tag], config)
         closed: list[Finding] = []
-        for window in _windows(state, views, tail_points):
-            _feed_window(state, window, config, tail_points)
+        windows = list(_windows(state, views, tail_points))
+        for window, fed in zip(windows, _feed_detectors(state, windows, config)):
+            _feed_window(state, window, fed, config, tail_points)
             closed += _settle(state, config, tail_points)
         open_ = _emit(state, _cross(state, config), final=False)
     state.shown = [_key(f) for f in open_]
@@ -334,12 +335,15 @@ def _windows(state: RunState, views: dict[str, tuple[np.ndarray, np.ndarray]], t
         lo = hi
 
 
-def _feed_window(state: RunState, window: dict[str, tuple[np.ndarray, np.ndarray]], config: AnalysisConfig, tail_points: int) -> None:
+def _feed_window(
+    state: RunState, window: dict[str, tuple[np.ndarray, np.ndarray]], fed: dict[str, dict[str, Fed]], config: AnalysisConfig,
+    tail_points: int,
+) -> None:
     for tag, (step, value) in window.items():
         t = state.tags[tag]
-        for name, detector in _detectors(t.role, config).items():
-            new, done, still = detector.feed(t.detectors[name], step, value, tag)
-            t.detectors[name] = new
+        for name, (new, done, still) in fed[tag].items():
+            if new is not None:
+                t.detectors[name] = new
             t.open[name] = still
             state.kept += [Kept(name, tag, f) for f in done]
         finite = np.isfinite(value)
@@ -363,6 +367,84 @@ def _feed_window(state: RunState, window: dict[str, tuple[np.ndarray, np.ndarray
             t.value = np.concatenate([t.value, value])[-tail_points:]
         state.points += len(step)
     _anchor(state, config)
+
+
+Fed = tuple[Any, list[Finding], list[Finding]]  # a detector's state after a window (None: not needed), closed, open
+Piece = tuple[np.ndarray, np.ndarray]
+
+_UNREAD = frozenset({"nonfinite", "spike", "scale", "divergence", "initial"})  # states the anchors never read
+MAX_BLOCK = 64  # windows a quiet detector is fed at once
+
+
+def _feed_detectors(state: RunState, windows: list[dict[str, Piece]], config: AnalysisConfig) -> list[dict[str, dict[str, Fed]]]:
+    """What each detector of each tag says after each window: per window, tag -> detector
+    -> (state, closed, open), as if fed window by window."""
+    out: list[dict[str, dict[str, Fed]]] = [{} for _ in windows]
+    for tag, t in state.tags.items():
+        pieces = [w.get(tag) for w in windows]
+        if not any(p is not None for p in pieces):
+            continue
+        for name, detector in _detectors(t.role, config).items():
+            feed = _feed_quietly if name in _UNREAD else _feed_each
+            for k, result in enumerate(feed(detector, t.detectors[name], not t.open.get(name), pieces, tag)):
+                if result is not None:
+                    out[k].setdefault(tag, {})[name] = result
+    return out
+
+
+def _feed_each(detector: Any, state: Any, quiet: bool, pieces: list[Piece | None], tag: str) -> list[Fed | None]:
+    """Window by window: the detectors whose states the anchors read after every window."""
+    out: list[Fed | None] = []
+    for piece in pieces:
+        if piece is None:
+            out.append(None)
+            continue
+        state, done, still = detector.feed(state, *piece, tag)
+        out.append((state, done, still))
+    return out
+
+
+def _feed_quietly(detector: Any, state: Any, quiet: bool, pieces: list[Piece | None], tag: str) -> list[Fed | None]:
+    """`_feed_each`'s answers, for a detector whose state only matters after the last
+    window, fed whole stretches of quiet windows at once (a detector's findings do not
+    depend on how its series is cut, and a feed costs about as much for 1,000 points as
+    for 60,000, so a first scan of a long run costs what a one-shot analysis does).
+
+    While nothing is open (`quiet`), a growing run of windows is fed at once from the
+    state before it.  If that finds nothing, each window of it found nothing: a finding
+    open at a window's end would still be open or closed at the run's (none is ever
+    withdrawn) and closed ones are the same however the series is cut.  If it finds
+    something, the windows ending before the first finding's start found nothing either,
+    and they are fed at once again to reach the state before it; the next window is fed
+    on its own, and window by window while a finding stays open.  The states between are
+    None: nothing reads them."""
+    out: list[Fed | None] = [None] * len(pieces)
+    present = [k for k, p in enumerate(pieces) if p is not None]
+    i, block = 0, 1
+    while i < len(present):
+        span = present[i : i + (block if quiet else 1)]
+        new, done, still = _feed_span(detector, state, pieces, span, tag)
+        if len(span) > 1 and (done or still):
+            first = min(f.start_step for f in done + still)
+            clear = [k for k in span if int(pieces[k][0][-1]) < first]  # type: ignore[index]
+            span = clear or span[:1]
+            new, done, still = _feed_span(detector, state, pieces, span, tag)
+            block = 1
+        else:
+            block = min(2 * block, MAX_BLOCK)
+        for k in span[:-1]:
+            out[k] = (None, [], [])
+        out[span[-1]] = (new, done, still)
+        state, quiet, i = new, not still, i + len(span)
+    return out
+
+
+def _feed_span(detector: Any, state: Any, pieces: list[Piece | None], span: list[int], tag: str) -> Fed:
+    """One feed of the windows `span` (indices into `pieces`, all present), joined."""
+    if len(span) == 1:
+        return detector.feed(state, *pieces[span[0]], tag)
+    parts = [pieces[k] for k in span]
+    return detector.feed(state, np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), tag)  # type: ignore[index]
 
 
 # -- anchors: the points an open incident began with --------------------------------------
