@@ -34,7 +34,7 @@ import json
 import math
 import typing
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -220,6 +220,9 @@ def feed_run(
         for tag in writes:
             if tag not in state.tags:
                 state.tags[tag] = _new_tag(roles[tag], config)
+        for tag, (step, value) in views.items():
+            if len(step):
+                _summarise(state.tags[tag], step, value, config)
         closed: list[Finding] = []
         windows = list(_windows(state, views, tail_points))
         for window, fed in zip(windows, _feed_detectors(state, windows, config)):
@@ -335,6 +338,25 @@ def _windows(state: RunState, views: dict[str, tuple[np.ndarray, np.ndarray]], t
         lo = hi
 
 
+def _summarise(t: TagState, step: np.ndarray, value: np.ndarray, config: AnalysisConfig) -> None:
+    """What the health summary keeps of a tag's new points (nothing reads it between
+    windows: taken once per feed)."""
+    finite = np.isfinite(value)
+    fv, fs = value[finite], step[finite]
+    if t.first_step < 0:
+        t.first_step = int(step[0])
+    if len(fv):
+        need = config.plateau.points - len(t.head)
+        if need > 0:
+            t.head = np.concatenate([t.head, fv[:need]])
+        i = int(np.argmin(fv))
+        if fv[i] < t.best:
+            t.best, t.best_step = float(fv[i]), int(fs[i])
+        t.peak = max(t.peak, float(fv.max()))
+        t.last_finite = float(fv[-1])
+    t.finite += len(fv)
+
+
 def _feed_window(
     state: RunState, window: dict[str, tuple[np.ndarray, np.ndarray]], fed: dict[str, dict[str, Fed]], config: AnalysisConfig,
     tail_points: int,
@@ -346,21 +368,7 @@ def _feed_window(
                 t.detectors[name] = new
             t.open[name] = still
             state.kept += [Kept(name, tag, f) for f in done]
-        finite = np.isfinite(value)
-        fv, fs = value[finite], step[finite]
-        if t.first_step < 0:
-            t.first_step = int(step[0])
-        if len(fv):
-            need = config.plateau.points - len(t.head)
-            if need > 0:
-                t.head = np.concatenate([t.head, fv[:need]])
-            i = int(np.argmin(fv))
-            if fv[i] < t.best:
-                t.best, t.best_step = float(fv[i]), int(fs[i])
-            t.peak = max(t.peak, float(fv.max()))
-            t.last_finite = float(fv[-1])
         t.points += len(step)
-        t.finite += len(fv)
         t.last_step = int(step[-1])
         if t.role in _TAILED:
             t.step = np.concatenate([t.step, step])[-tail_points:]
@@ -371,9 +379,24 @@ def _feed_window(
 
 Fed = tuple[Any, list[Finding], list[Finding]]  # a detector's state after a window (None: not needed), closed, open
 Piece = tuple[np.ndarray, np.ndarray]
-
-_UNREAD = frozenset({"nonfinite", "spike", "scale", "divergence", "initial"})  # states the anchors never read
 MAX_BLOCK = 64  # windows a quiet detector is fed at once
+
+
+def _unread(state: Any, value: np.ndarray) -> bool:
+    return True
+
+
+def _not_at_zero(state: GradNormState, value: np.ndarray) -> bool:
+    """A grad norm's state is read between windows only while it repeats 0 (a cause)."""
+    return state.stuck.value != 0 and not bool((value == 0).any())
+
+
+# Detectors whose states between windows no cross-tag step reads (given the state before
+# a stretch and its values): those may be fed a stretch of windows at once.
+_SKIPPABLE: dict[str, Callable[[Any, np.ndarray], bool]] = {
+    "nonfinite": _unread, "spike": _unread, "scale": _unread, "divergence": _unread, "initial": _unread,
+    "grad": _not_at_zero,
+}
 
 
 def _feed_detectors(state: RunState, windows: list[dict[str, Piece]], config: AnalysisConfig) -> list[dict[str, dict[str, Fed]]]:
@@ -385,30 +408,22 @@ def _feed_detectors(state: RunState, windows: list[dict[str, Piece]], config: An
         if not any(p is not None for p in pieces):
             continue
         for name, detector in _detectors(t.role, config).items():
-            feed = _feed_quietly if name in _UNREAD else _feed_each
-            for k, result in enumerate(feed(detector, t.detectors[name], not t.open.get(name), pieces, tag)):
+            skippable = _SKIPPABLE.get(name)
+            for k, result in enumerate(_feed_quietly(detector, t.detectors[name], not t.open.get(name), pieces, tag, skippable)):
                 if result is not None:
                     out[k].setdefault(tag, {})[name] = result
     return out
 
 
-def _feed_each(detector: Any, state: Any, quiet: bool, pieces: list[Piece | None], tag: str) -> list[Fed | None]:
-    """Window by window: the detectors whose states the anchors read after every window."""
-    out: list[Fed | None] = []
-    for piece in pieces:
-        if piece is None:
-            out.append(None)
-            continue
-        state, done, still = detector.feed(state, *piece, tag)
-        out.append((state, done, still))
-    return out
-
-
-def _feed_quietly(detector: Any, state: Any, quiet: bool, pieces: list[Piece | None], tag: str) -> list[Fed | None]:
-    """`_feed_each`'s answers, for a detector whose state only matters after the last
-    window, fed whole stretches of quiet windows at once (a detector's findings do not
-    depend on how its series is cut, and a feed costs about as much for 1,000 points as
-    for 60,000, so a first scan of a long run costs what a one-shot analysis does).
+def _feed_quietly(
+    detector: Any, state: Any, quiet: bool, pieces: list[Piece | None], tag: str,
+    skippable: Callable[[Any, np.ndarray], bool] | None,
+) -> list[Fed | None]:
+    """What a detector says after each window (None where the tag has no points), feeding
+    it whole stretches of quiet windows at once where its states between them are not read
+    (`skippable`; None: never): a detector's findings do not depend on how its series is cut, and a feed
+    costs about as much for 1,000 points as for 60,000, so a first scan of a long run costs
+    what a one-shot analysis does.
 
     While nothing is open (`quiet`), a growing run of windows is fed at once from the
     state before it.  If that finds nothing, each window of it found nothing: a finding
@@ -417,18 +432,21 @@ def _feed_quietly(detector: Any, state: Any, quiet: bool, pieces: list[Piece | N
     something, the windows ending before the first finding's start found nothing either,
     and they are fed at once again to reach the state before it; the next window is fed
     on its own, and window by window while a finding stays open.  The states between are
-    None: nothing reads them."""
+    None."""
     out: list[Fed | None] = [None] * len(pieces)
     present = [k for k, p in enumerate(pieces) if p is not None]
     i, block = 0, 1
     while i < len(present):
-        span = present[i : i + (block if quiet else 1)]
-        new, done, still = _feed_span(detector, state, pieces, span, tag)
+        span = present[i : i + (block if quiet and skippable else 1)]
+        step, value = _joined(pieces, span)
+        if len(span) > 1 and not skippable(state, value):  # type: ignore[misc]
+            span = span[:1]
+            step, value = _joined(pieces, span)
+        new, done, still = detector.feed(state, step, value, tag)
         if len(span) > 1 and (done or still):
             first = min(f.start_step for f in done + still)
-            clear = [k for k in span if int(pieces[k][0][-1]) < first]  # type: ignore[index]
-            span = clear or span[:1]
-            new, done, still = _feed_span(detector, state, pieces, span, tag)
+            span = [k for k in span if int(pieces[k][0][-1]) < first] or span[:1]  # type: ignore[index]
+            new, done, still = detector.feed(state, *_joined(pieces, span), tag)
             block = 1
         else:
             block = min(2 * block, MAX_BLOCK)
@@ -439,12 +457,12 @@ def _feed_quietly(detector: Any, state: Any, quiet: bool, pieces: list[Piece | N
     return out
 
 
-def _feed_span(detector: Any, state: Any, pieces: list[Piece | None], span: list[int], tag: str) -> Fed:
-    """One feed of the windows `span` (indices into `pieces`, all present), joined."""
-    if len(span) == 1:
-        return detector.feed(state, *pieces[span[0]], tag)
-    parts = [pieces[k] for k in span]
-    return detector.feed(state, np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), tag)  # type: ignore[index]
+def _joined(pieces: list[Piece | None], span: list[int]) -> Piece:
+    """The windows `span` (indices into `pieces`, all present) as one piece."""
+    parts = [p for p in (pieces[k] for k in span) if p is not None]
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
 # -- anchors: the points an open incident began with --------------------------------------
@@ -468,6 +486,8 @@ def _anchor(state: RunState, config: AnalysisConfig) -> None:
     for tag, t in state.tags.items():
         wanted = want.get(tag, {})
         t.anchors = {k: v for k, v in t.anchors.items() if k in wanted}
+        if not wanted:
+            continue
         finite = np.isfinite(t.value)
         s, v = t.step[finite], t.value[finite]
         whole = t.points <= len(t.step)
