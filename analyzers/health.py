@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from analyzers.baseline import DIFF_MAD_TO_SIGMA
+from analyzers.baseline import DIFF_MAD_TO_SIGMA, median
 from analyzers.findings import Finding, Kind, Severity, SpikeClass
 from analyzers.plateau import PlateauConfig
 from analyzers.roles import Role
@@ -173,9 +173,9 @@ def converged(
     start = min(len(v) - plateau.points, int(np.searchsorted(s, s[-1] - plateau.steps)))
     window = v[start:]
     half = len(window) // 2
-    earlier, later = float(np.median(window[:half])), float(np.median(window[half:]))
-    first = float(np.median(head))
-    point = float(np.median(np.abs(np.diff(window)))) * DIFF_MAD_TO_SIGMA
+    earlier, later = float(median(window[:half])), float(median(window[half:]))
+    first = float(median(head))
+    point = float(median(np.abs(np.diff(window)))) * DIFF_MAD_TO_SIGMA
     sigma = point * 1.2533 * math.sqrt(2 / half)
     if abs(earlier - later) > max(config.tolerance * abs(earlier), 3 * sigma):
         return None

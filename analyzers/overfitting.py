@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from analyzers.baseline import DIFF_MAD_TO_SIGMA
+from analyzers.baseline import DIFF_MAD_TO_SIGMA, median
 from analyzers.findings import Finding, Kind, Severity
 from analyzers.series import Series
 from analyzers.stream import StreamState, detect_at_once, run_lengths
@@ -358,9 +358,9 @@ def _train_change(
         since = int(np.searchsorted(s, eval_steps[i - 1], side="right")) if i > 0 else 0
         levels.append(v[max(since, b - config.train_points, 0) : b] if since < b else v[b - 1 : b])
     then, now = levels
-    t0, t1 = float(np.median(then)), float(np.median(now))
+    t0, t1 = float(median(then)), float(median(now))
     recent = v[max(0, b - 4 * config.train_points) : b]
-    point = float(np.median(np.abs(np.diff(recent)))) * DIFF_MAD_TO_SIGMA if len(recent) > 2 else 0.0
+    point = float(median(np.abs(np.diff(recent)))) * DIFF_MAD_TO_SIGMA if len(recent) > 2 else 0.0
     sigma = point * 1.2533 * math.sqrt(1 / len(then) + 1 / len(now))
     tolerance = max(config.train_tolerance * abs(t0), 3 * sigma)
     moved = "rose" if t1 - t0 > tolerance else "fell" if t0 - t1 > tolerance else "flat"
