@@ -40,13 +40,13 @@ from typing import Any
 
 import numpy as np
 
-from analyzers.analyze import _explained, _join
 from analyzers.config import AnalysisConfig
 from analyzers.findings import Finding, Kind, Severity, SpikeClass
 from analyzers.gradnorm import GradNormDetector, GradNormState
-from analyzers.health import Health, RunHealth, _told, _unsettling, converged
+from analyzers.health import Health, RunHealth, converged, told, unsettling
+from analyzers.incidents import explained_by_spike, join_explosions
 from analyzers.lossscale import LossScaleDetector, LossScaleState
-from analyzers.nonfinite import NonFiniteDetector, NonFiniteState, _hidden, _under_fp16
+from analyzers.nonfinite import NonFiniteDetector, NonFiniteState, hidden_nan, under_fp16
 from analyzers.overfitting import EvalRiseDetector, EvalRiseState, judge, train_counterpart
 from analyzers.plateau import (
     InitialLevelDetector,
@@ -61,7 +61,7 @@ from analyzers.restarts import RestartDetector
 from analyzers.roles import Role, assign_roles
 from analyzers.series import Resume, RunSeries, Series, TagWrites, current_view, logging_interval, resume_steps
 from analyzers.spikes import LossSpikeDetector, SpikeState
-from analyzers.stream import StreamState, _hints, _of_states, _required
+from analyzers.stream import StreamState, field_types, of_states, required
 from analyzers.trend import DivergenceDetector, DivergenceState
 
 TAIL_POINTS = 4096  # points of each tag's current view the state keeps
@@ -575,15 +575,15 @@ def _cross(state: RunState, config: AnalysisConfig) -> list[Finding]:
     spikes = [f for tag, f in _group(state, "spike") if tag in losses]
     spikes.sort(key=lambda f: losses.index(f.tag))  # train losses first, as the batch path
     explosions = [f for _, f in _group(state, "grad")]
-    explosions, spikes = _join(explosions, spikes, config.incident_steps)
+    explosions, spikes = join_explosions(explosions, spikes, config.incident_steps)
     trends = _trends(state, config, series, by_role, spikes, explosions)
     fp16 = bool(by_role[Role.LOSS_SCALE])
     train = [series[t] for t in by_role[Role.LOSS]]
     nonfinite = []
     for tag, f in _group(state, "nonfinite"):
         if f.severity is Severity.CRITICAL and tags[tag].role is Role.GRAD_NORM:
-            f = _hidden(f, series[tag], train)
-        nonfinite.append(_under_fp16(f) if fp16 and f.severity >= Severity.WARNING else f)
+            f = hidden_nan(f, series[tag], train)
+        nonfinite.append(under_fp16(f) if fp16 and f.severity >= Severity.WARNING else f)
     scale = [f for _, f in _group(state, "scale")]
     run = RunSeries(series, {}, ())
     restarts = []
@@ -609,7 +609,7 @@ def _trends(
     for s in train:
         past = [_past_spike(s.tag, start, fast) for start, fast in state.past_spikes.get(s.tag, [])]
         mine = [f for tag, f in _group(state, "divergence") if tag == s.tag]
-        found += [f for f in mine if not _explained(f, past + spikes)]
+        found += [f for f in mine if not explained_by_spike(f, past + spikes)]
         unmoved = [f for tag, f in _group(state, "initial") if tag == s.tag and not warming_up(lr, f)]
         found += merge_plateaus(unmoved + stalled_plateaus(s, causes, p))
     for tag in by_role[Role.EVAL_LOSS]:
@@ -621,7 +621,7 @@ def _trends(
 
 
 def _past_spike(tag: str, start: int, fast: bool) -> Finding:
-    """What `_explained` needs of a spike no longer kept: its tag, onset and class."""
+    """What `explained_by_spike` needs of a spike no longer kept: its tag, onset and class."""
     kind = SpikeClass.FAST_RECOVERING if fast else SpikeClass.SLOW_RECOVERING
     return Finding(Kind.LOSS_SPIKE, tag, Severity.INFO, start, "", "", classification=kind)
 
@@ -722,7 +722,7 @@ def _categories(f: Finding, losses: set[str]) -> list[str]:
     for kind, name in ((Kind.PLATEAU, "stalled"), (Kind.OVERFITTING, "overfitting")):
         if f.kind is kind and f.ongoing and f.severity >= Severity.WARNING:
             out.append(name)
-    if _unsettling(f):
+    if unsettling(f):
         out.append(f"unstable{int(f.severity)}")
     return out
 
@@ -734,9 +734,9 @@ def _order(f: Finding) -> tuple:
 def _tally(tally: HealthTally, f: Finding, state: RunState) -> None:
     losses = _loss_tags(state)
     for name in _categories(f, losses):
-        told = _told(f, "since" if name in ("diverged", "stalled", "overfitting") else "at")
+        said = told(f, "since" if name in ("diverged", "stalled", "overfitting") else "at")
         if name not in tally.first or _order(f) < tally.first[name][0]:
-            tally.first[name] = (_order(f), told)
+            tally.first[name] = (_order(f), said)
     if f.kind is not Kind.LOSS_SPIKE or f.tag not in losses:
         return
     tally.spikes += 1
@@ -855,17 +855,17 @@ def _detector_plain(x: Any, pack) -> Any:
 
 def _detector_state(cls: type, data: dict, unpack) -> Any:
     """The inverse of `_detector_plain`, typed by the state class's fields."""
-    hints = _hints(cls)
+    hints = field_types(cls)
     values = {}
     for f in fields(cls):
-        raw, hint = data[f.name], _required(hints[f.name])
+        raw, hint = data[f.name], required(hints[f.name])
         if raw is None:
             values[f.name] = None
         elif isinstance(hint, type) and issubclass(hint, StreamState):
             values[f.name] = _detector_state(hint, raw, unpack)
         elif isinstance(raw, dict) and "@" in raw:
             values[f.name] = unpack(raw["@"])
-        elif isinstance(raw, list) and _of_states(hint):
+        elif isinstance(raw, list) and of_states(hint):
             values[f.name] = tuple(_detector_state(typing.get_args(hint)[0], v, unpack) for v in raw)
         elif isinstance(raw, list):
             values[f.name] = tuple(raw)
