@@ -486,6 +486,7 @@ def _anchor(state: RunState, config: AnalysisConfig) -> None:
     for tag, t in state.tags.items():
         wanted = want.get(tag, {})
         t.anchors = {k: v for k, v in t.anchors.items() if k in wanted}
+        wanted = {k: w for k, w in wanted.items() if not _complete(t.anchors.get(k), w)}
         if not wanted:
             continue
         finite = np.isfinite(t.value)
@@ -498,6 +499,16 @@ def _anchor(state: RunState, config: AnalysisConfig) -> None:
             a = max(0, int(np.searchsorted(s, at, side="right")) - back) if back else i
             b = min(len(s), i + fwd)
             t.anchors[name] = (s[a:b].copy(), v[a:b].copy())
+
+
+def _complete(anchor: tuple[np.ndarray, np.ndarray] | None, wanted: tuple[int, int, int]) -> bool:
+    """Whether an anchor taken already holds all `fwd` points from its step on: taking it
+    again from the tail would give the same points (those before its step were complete
+    when it was taken, or are all the series has)."""
+    if anchor is None:
+        return False
+    at, _, fwd = wanted
+    return len(anchor[0]) - int(np.searchsorted(anchor[0], at)) >= fwd
 
 
 @dataclass(frozen=True)
