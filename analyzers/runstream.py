@@ -225,8 +225,10 @@ def feed_run(
                 _summarise(state.tags[tag], step, value, config)
         closed: list[Finding] = []
         windows = list(_windows(state, views, tail_points))
+        complete: dict[str, set[str]] = {}
         for window, fed in zip(windows, _feed_detectors(state, windows, config)):
-            _feed_window(state, window, fed, config, tail_points)
+            _feed_window(state, window, fed, tail_points)
+            _anchor(state, config, complete)
             closed += _settle(state, config, tail_points)
         open_ = _emit(state, _cross(state, config), final=False)
     state.shown = [_key(f) for f in open_]
@@ -358,8 +360,7 @@ def _summarise(t: TagState, step: np.ndarray, value: np.ndarray, config: Analysi
 
 
 def _feed_window(
-    state: RunState, window: dict[str, tuple[np.ndarray, np.ndarray]], fed: dict[str, dict[str, Fed]], config: AnalysisConfig,
-    tail_points: int,
+    state: RunState, window: dict[str, tuple[np.ndarray, np.ndarray]], fed: dict[str, dict[str, Fed]], tail_points: int,
 ) -> None:
     for tag, (step, value) in window.items():
         t = state.tags[tag]
@@ -374,7 +375,6 @@ def _feed_window(
             t.step = np.concatenate([t.step, step])[-tail_points:]
             t.value = np.concatenate([t.value, value])[-tail_points:]
         state.points += len(step)
-    _anchor(state, config)
 
 
 Fed = tuple[Any, list[Finding], list[Finding]]  # a detector's state after a window (None: not needed), closed, open
@@ -468,10 +468,11 @@ def _joined(pieces: list[Piece | None], span: list[int]) -> Piece:
 # -- anchors: the points an open incident began with --------------------------------------
 
 
-def _anchor(state: RunState, config: AnalysisConfig) -> None:
+def _anchor(state: RunState, config: AnalysisConfig, complete: dict[str, set[str]]) -> None:
     """Keep, on the loss tags, the points at the onset of each cause (LR or grad norm at
     zero: the loss level then) and of each eval rise (the train and eval losses at the best
-    evaluation), while the tails still hold them; drop those no incident needs."""
+    evaluation), while the tails still hold them; drop those no incident needs.
+    `complete`: per tag, the anchors seen complete during this feed (never taken again)."""
     size = config.plateau.level_points
     want: dict[str, dict[str, tuple[int, int, int]]] = {}  # tag -> name -> (step, back, fwd)
     train = [tag for tag, t in state.tags.items() if t.role is Role.LOSS]
@@ -486,7 +487,11 @@ def _anchor(state: RunState, config: AnalysisConfig) -> None:
     for tag, t in state.tags.items():
         wanted = want.get(tag, {})
         t.anchors = {k: v for k, v in t.anchors.items() if k in wanted}
-        wanted = {k: w for k, w in wanted.items() if not _complete(t.anchors.get(k), w)}
+        done = complete.setdefault(tag, set())
+        done.intersection_update(wanted)  # one dropped now is taken again if wanted later
+        wanted = {k: w for k, w in wanted.items() if k not in done}
+        done.update(k for k, w in wanted.items() if _complete(t.anchors.get(k), w))
+        wanted = {k: w for k, w in wanted.items() if k not in done}
         if not wanted:
             continue
         finite = np.isfinite(t.value)
@@ -565,9 +570,13 @@ def _series(state: RunState, tag: str) -> Series:
 
 def _group(state: RunState, group: str) -> list[tuple[str, Finding]]:
     """A detector's findings, closed (in order) then open, tag by tag in the run's order."""
+    kept: dict[str, list[Finding]] = {}
+    for k in state.kept:  # one pass: up to MAX_KEPT, and this runs after every window
+        if k.group == group:
+            kept.setdefault(k.tag, []).append(k.finding)
     out = []
     for tag, t in state.tags.items():
-        out += [(tag, k.finding) for k in state.kept if k.group == group and k.tag == tag]
+        out += [(tag, f) for f in kept.get(tag, ())]
         out += [(tag, f) for f in t.open.get(group, [])]
     return out
 
