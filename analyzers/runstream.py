@@ -344,7 +344,7 @@ def _summarise(t: TagState, step: np.ndarray, value: np.ndarray, config: Analysi
     """What the health summary keeps of a tag's new points (nothing reads it between
     windows: taken once per feed)."""
     finite = np.isfinite(value)
-    fv, fs = value[finite], step[finite]
+    fv, fs = (value, step) if finite.all() else (value[finite], step[finite])
     if t.first_step < 0:
         t.first_step = int(step[0])
     if len(fv):
