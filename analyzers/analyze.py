@@ -9,7 +9,7 @@ import numpy as np
 from analyzers.config import AnalysisConfig
 from analyzers.findings import Finding, Kind
 from analyzers.gradnorm import GradNormDetector
-from analyzers.incidents import explained_by_spike, join_explosions
+from analyzers.incidents import explained_by_spike, join_explosions, overfitting_tells
 from analyzers.lossscale import LossScaleDetector
 from analyzers.nonfinite import NonFiniteDetector
 from analyzers.overfitting import EvalRiseDetector, judge, train_counterpart
@@ -36,6 +36,7 @@ def _analyze(run: RunSeries, config: AnalysisConfig) -> list[Finding]:
     explosions = [f for s in run.with_role(Role.GRAD_NORM) for f in GradNormDetector(config.grad_norm).detect(s)]
     explosions, spikes = join_explosions(explosions, spikes, config.incident_steps)
     trends = _trends(run, config, spikes, explosions)
+    spikes = [s for s in spikes if not overfitting_tells(s, trends)]
     findings = (
         spikes
         + explosions

@@ -27,6 +27,11 @@ jumps `ratio` times over the median of its last `settle_points` points starts a 
 norm exploded again on top of an elevated level.  Eight points keep BLOOM's climb one
 explosion (it rose 6-9x per step over its first three points over the line).
 
+An explosion is told once a second point stands over the line, or when it closes: a
+one-point jump that is back at the next point (a 12x blip of a char-LM's fp16 grad norm,
+`charlm_fp16_lr_jump` at step 1736, with the loss unmoved) is informational unless a loss
+spike follows it (`analyzers.analyze._join`).
+
 Stuck.  `stuck_points` (50) identical finite values in a row: a norm that is not measured,
 or steps that are skipped.
 """
@@ -117,7 +122,9 @@ class GradNormDetector:
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
             explosions, closed = self._explosions(state.explosions, x, t)
         stuck, done, ongoing = self._stuck(tag, state.stuck, x, t)
-        opened = [explosions.open] if explosions.open else []
+        # one point over the line so far: told once a second is, or once it closes (a
+        # one-point blip that clipping absorbed is then only informational, see analyze._join)
+        opened = [explosions.open] if explosions.open and explosions.open.points > 1 else []
         findings_open = [self._explosion_finding(tag, e, ongoing=True) for e in opened] + ongoing
         findings_closed = [self._explosion_finding(tag, e, ongoing=False) for e in closed] + done
         return GradNormState(explosions, stuck), findings_closed, findings_open

@@ -19,14 +19,22 @@ Three cases, each a warning on the loss tag:
   about once in 60 levels), three in a row are not.  Not while the LR is still warming
   up where the plateau ends (or now): a loss waiting for its LR is not stuck.
 * **learning rate at zero**: the LR is 0, or a value that repeats at most `zero_lr` (1e-4)
-  of its peak so far, for `points` points and `steps` steps while the loss does not
-  improve.  sample_runs/stalled_lr sets it to 1e-9 (5e-7 of its 0.002 peak) at step 200.  A
+  of its peak so far, for `points` points and `lr_steps` (200) steps while the loss does not
+  improve (a warm-up from 0 moves at its next point; a char-LM whose scheduler set the LR
+  to 0, `charlm_lr_zero`, was told 1,009 steps in with the chance-level 1,000); `steps`
+  (1000) for an LR that decayed into 0 (a schedule run to its end).  sample_runs/stalled_lr sets it to 1e-9 (5e-7 of its 0.002 peak) at step 200.  A
   schedule decaying to 0 moves at every point, so its tail never counts however long the
   run; a step schedule's last stage (ResNet's 0.1 -> 0.0001 is 1e-3 of the peak) is above
-  1e-4.  An LR that
-  stops moving at a non-zero value is not alerted: a frozen scheduler looks exactly like a
-  planned hold at a minimum LR or a step schedule's last stage (the restart detector
-  catches the scheduler a resume lost).
+  1e-4.
+* **learning rate frozen mid-decay**: an LR that fell at every one of its last `points`
+  logged points (a continuous decay: cosine, linear, exponential; a step schedule holds
+  between its drops) and then repeats one value for `points` points and `lr_steps` steps, at
+  more than `frozen_share` (10%) of its peak (for as long), while the loss does not improve: a scheduler
+  no longer stepped.  A planned floor is at most 10% of the peak (LLaMA's cosine ends at
+  10%, most at 0 or 1%), and a warm-up that ends in a constant LR (or a WSD schedule's
+  stable phase) rose before it, never fell.  Any other LR that stops moving is not alerted:
+  it looks exactly like a planned hold (the restart detector catches the scheduler a resume
+  lost).
 * **grad norm stuck at zero**: the grad-norm detector's `grad_norm_stuck` at 0 while the
   loss does not improve: no gradient reaches the weights.
 
@@ -46,15 +54,16 @@ import numpy as np
 from analyzers.baseline import DIFF_MAD_TO_SIGMA, median
 from analyzers.findings import Finding, Kind, Severity
 from analyzers.series import Series
-from analyzers.stream import StreamState, detect_at_once, finite_points
+from analyzers.stream import StreamState, detect_at_once, finite_points, run_lengths
 from analyzers.trend import BlockState, cut_blocks, empty_blocks
 
 
 @dataclass(frozen=True)
 class PlateauConfig:
     block_points: int = 8  # its trend: the median of each 8 logged points (evaluations: each)
-    points: int = 32  # LR or grad norm at zero, or at chance level: 32 logged points ...
-    steps: int = 1000  # ... and 1000 steps (per-step logging: 1000 points)
+    points: int = 32  # LR at zero or frozen, or a loss at chance level: 32 logged points ...
+    steps: int = 1000  # ... and 1000 steps at chance level (per-step logging: 1000 points) ...
+    lr_steps: int = 200  # ... or 200 steps of an LR set to zero at once or frozen (1000 when it decayed into 0)
     eval_points: int = 10  # an eval loss at chance level: 10 evaluations
     unmoved_points: int = 128  # not moved from its first level: 128 points ...
     unmoved_steps: int = 4000  # ... and 4000 steps
@@ -63,8 +72,14 @@ class PlateauConfig:
     z: float = 3.0  # ... or 3 noise sigmas: not moved
     confirm_blocks: int = 3  # left the initial level: this many trend levels in a row outside it
     zero_lr: float = 1e-4  # a repeated LR at most this share of its peak is zero
+    frozen_share: float = 0.1  # one repeated above this share of its peak after falling at every point: frozen
     level_points: int = 64  # a loss level quoted for a stalled stretch: the median of 64 points
 
+
+# An LR under this share of its peak just before it reached 0 decayed into it (llm.c logs
+# its linear decay to 6 decimals: 1e-06, 1/600 of its peak, then 0), where a scheduler bug
+# sets it to 0 from a working value.
+_DECAYED = 0.01
 
 # Chance level ln K for the class counts a "not learning" message names (binary to 10-way,
 # CIFAR-100, ImageNet): beyond 10 the ln K of neighbours are too close to tell apart.
@@ -80,6 +95,12 @@ _LR_ZERO = (
     "Nothing is learned at a zero learning rate: check the scheduler (a decay that ended "
     "early, a resume that lost its state, a warm-up that never starts) and the optimizer's "
     "param groups; resume from the last checkpoint before the LR fell with the schedule fixed."
+)
+_LR_FROZEN = (
+    "The learning-rate schedule stopped mid-decay: check that scheduler.step() is still "
+    "called every step (a loop or callback that stopped calling it, a resume that rebuilt "
+    "the scheduler without its state); resume from the last checkpoint before it froze with "
+    "the schedule restored."
 )
 _GRAD_ZERO = (
     "No gradient reaches the weights: check that the parameters require grad and are in the "
@@ -252,19 +273,24 @@ class ZeroLRState(StreamState):
     value: float  # the LR at the run's start, and its peak then
     peak_then: float
     last_step: int
+    sudden: bool  # the run began at once: an LR never above 0, set to 0 from above, or frozen
+    falling: int  # the points in a row at which the LR fell, up to the last one
+    falls: int  # the same up to the point before the current repeats (if any)
 
 
 class ZeroLRDetector:
-    """Stretches where the learning rate is zero (intermediate findings on the LR tag: the
-    plateau alert goes on the loss, by `stalled_plateaus`).  Zero is 0, or a value at most
-    `zero_lr` of the peak that repeats: a schedule decaying towards 0 moves at every point,
-    a scheduler bug or a run left going at the end of its schedule does not."""
+    """Stretches where the learning rate is zero or frozen mid-decay (intermediate findings
+    on the LR tag: the plateau alert goes on the loss, by `stalled_plateaus`).  Zero is 0,
+    or a value at most `zero_lr` of the peak that repeats: a schedule decaying towards 0
+    moves at every point, a scheduler bug or a run left going at the end of its schedule
+    does not.  Frozen is a value over `frozen_share` of the peak that repeats right after
+    the LR fell at `points` points in a row."""
 
     def __init__(self, config: PlateauConfig = PlateauConfig()) -> None:
         self.config = config
 
     def start(self) -> ZeroLRState:
-        return ZeroLRState(-math.inf, math.nan, -1, -1, 0, math.nan, math.nan, -1)
+        return ZeroLRState(-math.inf, math.nan, -1, -1, 0, math.nan, math.nan, -1, False, 0, 0)
 
     def detect(self, series: Series) -> list[Finding]:
         return detect_at_once(self, series.step, series.value, series.tag)
@@ -279,8 +305,15 @@ class ZeroLRDetector:
         peak = np.maximum.accumulate(np.concatenate([[state.peak], value]))[1:]
         before = np.concatenate([[state.prev], value[:-1]])
         before_step = np.concatenate([[state.prev_step], step[:-1]])
-        zero = (value == 0) | ((value <= self.config.zero_lr * peak) & (value == before))
-        latest = {"peak": float(peak[-1]), "prev": float(value[-1]), "prev_step": int(step[-1]), "last_step": int(step[-1])}
+        c = self.config
+        repeat = value == before
+        falls, falling = _falls_before(value < before, repeat, state.falling, state.falls)
+        frozen = repeat & (falls >= c.points) & (value > c.frozen_share * peak)
+        zero = (value == 0) | ((value <= c.zero_lr * peak) & repeat) | frozen
+        latest = {
+            "peak": float(peak[-1]), "prev": float(value[-1]), "prev_step": int(step[-1]), "last_step": int(step[-1]),
+            "falling": falling, "falls": int(falls[-1]),
+        }
         if state.since < 0 and not zero.any():  # the usual case: an LR that is not zero
             return replace(state, **latest), [], []
         edges = np.diff(np.concatenate([[state.since >= 0], zero]).astype(np.int8))
@@ -298,7 +331,8 @@ class ZeroLRDetector:
         elif s.since >= 0:
             s = replace(s, points=s.points + n)
         for k, a in enumerate(starts):
-            run = replace(s, since=int(start_step[a]), value=float(value[a]), peak_then=float(peak[a]))
+            sudden = bool(frozen[a] or peak[a] <= 0 or (value[a] == 0 and before[a] > _DECAYED * peak[a]))
+            run = replace(s, since=int(start_step[a]), value=float(value[a]), peak_then=float(peak[a]), sudden=sudden)
             if k < len(ends):
                 b = int(ends[k])
                 closed += self._closed(replace(run, points=b - a), b - a, int(step[b]), int(step[b - 1]), tag)
@@ -307,25 +341,43 @@ class ZeroLRDetector:
         s = replace(s, **latest)
         return s, closed, self._open(s, tag)
 
-    def _long(self, points: int, since: int, last: int) -> bool:
-        return points >= self.config.points and last - since >= self.config.steps
+    def _long(self, s: ZeroLRState, points: int, last: int) -> bool:
+        """Long enough to tell: `lr_steps` for an LR that was never above 0 or was set to 0
+        (or froze) at once, `steps` for one that decayed into 0 (a schedule run to its end:
+        llm.c's GPT-2 124M trains its last ~350 steps at 0)."""
+        c = self.config
+        return points >= c.points and last - s.since >= (c.lr_steps if s.sudden else c.steps)
 
     def _closed(self, s: ZeroLRState, points: int, end: int, last: int, tag: str) -> list[Finding]:
-        return [self._finding(s, tag, end)] if self._long(points, s.since, last) else []
+        return [self._finding(s, tag, end)] if self._long(s, points, last) else []
 
     def _open(self, s: ZeroLRState, tag: str) -> list[Finding]:
-        return [self._finding(s, tag, None)] if s.since >= 0 and self._long(s.points, s.since, s.last_step) else []
+        return [self._finding(s, tag, None)] if s.since >= 0 and self._long(s, s.points, s.last_step) else []
 
     def _finding(self, s: ZeroLRState, tag: str, end: int | None) -> Finding:
+        share = s.value / s.peak_then if s.peak_then > 0 else 0.0
+        frozen = share > self.config.frozen_share
         if s.value == 0 or s.peak_then <= 0:
             what = "0" if s.peak_then <= 0 else f"0 (its peak was {s.peak_then:.3g})"
+        elif frozen:
+            what = f"frozen at {s.value:.3g} ({share:.2g} of its {s.peak_then:.3g} peak) after falling at every point"
         else:
-            what = f"{s.value:.3g} ({s.value / s.peak_then:.2g} of its {s.peak_then:.3g} peak)"
+            what = f"{s.value:.3g} ({share:.2g} of its {s.peak_then:.3g} peak)"
         return Finding(
             kind=Kind.PLATEAU, tag=tag, severity=Severity.WARNING, start_step=s.since, end_step=end,
-            ongoing=end is None, message=f"{tag} has been {what} since step {s.since}", remediation=_LR_ZERO,
-            evidence={"reason": "lr_zero", "lr": s.value, "lr_share": s.value / s.peak_then if s.peak_then > 0 else 0.0},
+            ongoing=end is None, message=f"{tag} has been {what} since step {s.since}",
+            remediation=_LR_FROZEN if frozen else _LR_ZERO,
+            evidence={"reason": "lr_frozen" if frozen else "lr_zero", "lr": s.value, "lr_share": share},
         )
+
+
+def _falls_before(fell: np.ndarray, repeat: np.ndarray, falling: int, carried: int) -> tuple[np.ndarray, int]:
+    """At each point, the points in a row at which the LR fell up to it, or, inside a run of
+    repeated values, up to the point before that run; and the run of falls ending at the
+    last point.  `falling` and `carried` are the same two at the point before the first."""
+    run = run_lengths(fell, falling)
+    anchor = np.maximum.accumulate(np.where(repeat, -1, np.arange(len(fell))))  # the last point not a repeat
+    return np.where(anchor >= 0, run[np.maximum(anchor, 0)], carried), int(run[-1]) if len(run) else falling
 
 
 # -- joining: a loss that does not improve while its LR or grad norm is zero -------------------
@@ -347,8 +399,8 @@ def stalled_plateaus(loss: Series, causes: list[Finding], config: PlateauConfig)
         out.append(
             plateau_finding(
                 loss.tag, cause.start_step, over, [f"{clause} (its level: {then:.4g} then, {now:.4g} now)"],
-                [_GRAD_ZERO if grad else _LR_ZERO],
-                {"reason": "grad_norm_zero" if grad else "lr_zero", "cause_tag": cause.tag, "level_then": then,
+                [_GRAD_ZERO if grad else cause.remediation],
+                {"reason": "grad_norm_zero" if grad else cause.evidence["reason"], "cause_tag": cause.tag, "level_then": then,
                  "level_now": now, **({} if grad else {"lr_share": cause.evidence["lr_share"]})},
             )
         )
@@ -375,7 +427,7 @@ def merge_plateaus(findings: list[Finding]) -> list[Finding]:
     is also 0) become one alert, from the earliest onset, saying every reason."""
     by_tag: dict[str, list[Finding]] = {}
     # at one onset, a cause (LR or grad norm at 0) leads: it says what to fix
-    caused = ("lr_zero", "grad_norm_zero")
+    caused = ("lr_zero", "lr_frozen", "grad_norm_zero")
     for f in sorted(findings, key=lambda f: (f.tag, f.start_step, f.evidence["reason"] not in caused, not f.ongoing)):
         group = by_tag.setdefault(f.tag, [])
         if group and _overlaps(group[-1], f):

@@ -44,7 +44,7 @@ from analyzers.config import AnalysisConfig
 from analyzers.findings import Finding, Kind, Severity, SpikeClass
 from analyzers.gradnorm import GradNormDetector, GradNormState
 from analyzers.health import Health, RunHealth, converged, told, unsettling
-from analyzers.incidents import explained_by_spike, join_explosions
+from analyzers.incidents import explained_by_spike, join_explosions, overfitting_tells
 from analyzers.lossscale import LossScaleDetector, LossScaleState
 from analyzers.nonfinite import NonFiniteDetector, NonFiniteState, hidden_nan, under_fp16
 from analyzers.overfitting import EvalRiseDetector, EvalRiseState, judge, train_counterpart
@@ -79,6 +79,15 @@ class NeedsReplay(Exception):
     def __init__(self, rewrites: dict[str, int]) -> None:
         self.rewrites = rewrites
         super().__init__("writes rewrite steps already analysed: " + ", ".join(f"{t} from step {s}" for t, s in rewrites.items()))
+
+
+class StateOutdated(Exception):
+    """A saved state of another format (a detector's state changed shape since it was
+    saved): the run is fed again from the start."""
+
+
+# Raise when any detector's state changes shape.
+STATE_FORMAT = 2
 
 
 # -- the state --------------------------------------------------------------------------
@@ -597,6 +606,7 @@ def _cross(state: RunState, config: AnalysisConfig) -> list[Finding]:
     explosions = [f for _, f in _group(state, "grad")]
     explosions, spikes = join_explosions(explosions, spikes, config.incident_steps)
     trends = _trends(state, config, series, by_role, spikes, explosions)
+    spikes = [s for s in spikes if not overfitting_tells(s, trends)]
     fp16 = bool(by_role[Role.LOSS_SCALE])
     train = [series[t] for t in by_role[Role.LOSS]]
     nonfinite = []
@@ -840,9 +850,13 @@ def dumps(state: RunState) -> bytes:
 
 
 def loads(data: bytes) -> RunState:
+    """The state `dumps` saved; StateOutdated if it was saved in another format."""
     size = int.from_bytes(data[:8], "little")
     arrays = memoryview(data)[8 + size :]
-    return _run_state(json.loads(zlib.decompress(data[8 : 8 + size])), lambda d: _unarray(d, arrays))
+    plain = json.loads(zlib.decompress(data[8 : 8 + size]))
+    if plain.get("format") != STATE_FORMAT:
+        raise StateOutdated(f"state format {plain.get('format', 1)}, expected {STATE_FORMAT}")
+    return _run_state(plain, lambda d: _unarray(d, arrays))
 
 
 class _Packer:
@@ -931,6 +945,7 @@ def _plain(state: RunState, _array) -> dict:
         }
     tally = state.tally
     return {
+        "format": STATE_FORMAT,
         "tags": tags,
         "kept": [{"group": k.group, "tag": k.tag, "finding": _finding_plain(k.finding), "done": k.done} for k in state.kept],
         "resumes": [

@@ -7,20 +7,34 @@ onset; `detect` is one feed of the whole series, and any split finds the same.
 is measured in the run's robust sigmas (`analyzers/baseline.py`): z.  A point starts a
 spike when z exceeds max(`z`, `tail_margin` x the `tail_quantile` of the maxima of z over
 the last `tail_blocks` blocks of `tail_block` points): 6 sigmas, which Gaussian noise does
-not reach in a run's life, and 1.5x the height this run's own blips reach once every five
+not reach in a run's life, and 1.4x the height this run's own blips reach once every five
 blocks of 64 points (the 80th percentile of the last 32 block maxima, 2,048 points).  A blip
 the run throws every few hundred points sets its own bar, and one real spike moves only one
 block, so a run's rare real spikes do not hide the next (ten +25-35% jumps in 6,000 steps
 are all found).  The curves behind the defaults:
 
 * speedrun 1.5B (`ext_speedrun_scaleup_1p5b`, bench/labels tuning): one-step blips of 6-10
-  sigma every ~160 steps put its bar at 8-11 sigma, under 12 of its 13 labelled 1.6-1.9x
-  spikes; a margin of 2 loses half of them, the 90th percentile a third.
+  sigma every ~160 steps put its bar at 8-11 sigma, under all 13 of its labelled 1.6-1.9x
+  spikes (its 1.8x jump at step 20133, late in the run where its noise is widest, stands
+  10.0 sigmas out: a margin of 1.5 sets the bar at 10.3); a margin of 2 loses half of
+  them, the 90th percentile a third.
 * Megatron GPT-3 15B (bf16, loss every 5 iterations): the bar stays at 6 and its one +18%
   point stands 14 sigmas out, its only alert; llm.c GPT-2 124M, a healthy run: no warning.
 * a small regression's minibatch MSE (tests/curves.py `regression_curve`): hundreds of
-  2-3x blips, none reported (only a few of its rarer 3-50x ones, as info); a margin of 1.25
-  reports some of the 2-3x ones.
+  2-3x blips, at most two reported in 4,000 steps, as info (with a few of its rarer 3-50x
+  ones); a margin of 1.25 reports many of the 2-3x ones, 1.5 one at most.
+
+A jump that stays starts a spike too: `confirm_points` (3) points in a row whose median
+stands `held_z` (4) sigmas up, and past 1.4x what the run's own 3-point medians reach (the
+same tail rule), the first of them at least half as high; 4 is 6 sigmas of such a median of
+Gaussian noise (two of three points past 4 sigmas: a few in 10^9), and before `held_after_blocks`
+(4) tail blocks are known the bar is 6 (a sigma from 16 points is rough: a fp16 DeepSpeed
+fine-tune's validation loss, climbing smoothly, stood 4.2 out at its 41st point).  An LR
+jump on a char-LM (`charlm_lr_jump_a`, bench/labels trained tuning) lifts the loss +0.5
+nats, 5.7-6 sigmas at each point and never past 6, for 40 steps before it slowly comes
+back: a slow-recovering spike the point rule alone misses.  Each point is judged once the
+`confirm_points - 1` after it are known, so both rules see the same points however a
+series is cut.
 
 There is no ratio floor (+0.6 nats on a 3.9-nat loss is a large event): only `min_quanta`
 representable steps of the stored precision, so a bf16 loss never alerts on rounding.  The
@@ -59,14 +73,14 @@ at 87.  How long that took, in training steps, classifies it:
   horizon, divergent is final.
 * pending: none of the above can be told yet.
 
-The state holds the last `memory` points, 32 block maxima and the spikes being followed (at
+The state holds the last `memory` points, twice 32 block maxima and the spikes being followed (at
 most `MAX_FOLLOWED`), whatever the run's length.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import bottleneck as bn
 import numpy as np
@@ -83,10 +97,12 @@ _NEVER = 2**62  # an index no run reaches
 @dataclass(frozen=True)
 class SpikeConfig:
     z: float = 6.0  # never below 6 robust sigmas ...
-    tail_margin: float = 1.5  # ... nor below 1.5x the blips the run throws ...
+    tail_margin: float = 1.4  # ... nor below 1.4x the blips the run throws ...
     tail_quantile: float = 0.8  # ... once every 5 blocks ...
     tail_block: int = 64  # ... of 64 points ...
     tail_blocks: int = 32  # ... over the last 32 blocks
+    held_z: float = 4.0  # or the median of confirm_points points in a row 4 sigmas up (and past its own tail) ...
+    held_after_blocks: int = 4  # ... once 4 tail blocks are known (6 before)
     min_quanta: float = 2.0  # at least 2 representable steps above the level (bf16 rounding)
     rise_points: int = 5  # a spike gains most of its height within this many points; slower is a trend
     confirm_points: int = 3  # still above the band at its 3rd point: fires as pending
@@ -154,6 +170,9 @@ class SpikeState(StreamState):
     values: np.ndarray
     tail: np.ndarray  # maxima of z of the last complete tail blocks, oldest first
     block_max: float  # max z so far in the current tail block
+    held_tail: np.ndarray  # the same for z of the medians of `confirm_points` points
+    held_block_max: float
+    bars: np.ndarray  # thresholds of the last confirm_points - 1 points, not yet judged
     resume: int  # the next onset is at this index or later ...
     resume_step: int  # ... or past this step (the newest spike's slow horizon)
     followed: tuple[Followed, ...]
@@ -173,6 +192,23 @@ class _Window:
         return index - self.first
 
 
+@dataclass(frozen=True, eq=False)
+class _Held:
+    """At each point of a window: the median of it and the `confirm_points - 1` points
+    before it, that median's z against the level before the first of them, and (for the
+    new points) the threshold of that z."""
+
+    value: np.ndarray
+    z: np.ndarray
+    bar: np.ndarray
+
+
+class _Onsets(NamedTuple):
+    index: np.ndarray
+    z: np.ndarray
+    threshold: np.ndarray
+
+
 _SEVERITY = {
     SpikeClass.FAST_RECOVERING: Severity.INFO,
     SpikeClass.SLOW_RECOVERING: Severity.WARNING,
@@ -186,7 +222,8 @@ class LossSpikeDetector:
         self.config = config
         c = config
         settle = max(c.settle_steps, c.settle_points)
-        self.memory = max(memory(c.baseline), settle + 1, c.recovery_window + c.recovery_points, c.rise_points + 1)
+        needed = max(memory(c.baseline), settle + 1, c.recovery_window + c.recovery_points, c.rise_points + 1)
+        self.memory = needed + c.confirm_points - 1  # the last points are judged in the next feed
 
     def detect(self, series: Series) -> list[Finding]:
         """Every spike of one tag's current view: one feed of all of it."""
@@ -195,7 +232,7 @@ class LossSpikeDetector:
 
     def start(self) -> SpikeState:
         nothing = np.zeros(0)
-        return SpikeState(0, None, np.zeros(0, np.int64), nothing, nothing, -np.inf, 0, -1, ())
+        return SpikeState(0, None, np.zeros(0, np.int64), nothing, nothing, -np.inf, nothing, -np.inf, nothing, 0, -1, ())
 
     def feed(
         self, state: SpikeState, step: np.ndarray, value: np.ndarray, tag: str = ""
@@ -220,7 +257,14 @@ class LossSpikeDetector:
         first_step = state.first_step if state.first_step is not None or not len(step) else int(step[0])
         base = trailing_baseline(w.value, c.baseline)
         z = (w.value - base.level) / base.sigma
-        threshold, tail, block_max = self._thresholds(state, z[w.new :])
+        bar, tail, block_max = self._thresholds(state.count, state.tail, state.block_max, z[w.new :], c.z)
+        bars = np.concatenate([state.bars, bar])
+        held_value = _move_median(w.value, c.confirm_points)
+        held_z = (held_value - _lagged(base.level, c.confirm_points - 1)) / _lagged(base.sigma, c.confirm_points - 1)
+        held_bar, held_tail, held_block_max = self._thresholds(
+            state.count, state.held_tail, state.held_block_max, held_z[w.new :], c.held_z
+        )
+        held = _Held(held_value, held_z, held_bar)
 
         closed: list[Followed] = []
         followed: list[Followed] = []
@@ -230,20 +274,21 @@ class LossSpikeDetector:
             (closed if spike.end is not None else followed).append(spike)
             if spike.recovered and spike.onset_step + spike.slow == resume_step:  # the newest spike is back
                 resume = min(resume, spike.end or 0)
-        onsets = self._onsets(w, base, z, threshold)
+        onsets, onset_z, onset_bar = self._onsets(w, base, z, bars, held)
         steps = w.step[onsets - w.first]
         while len(onsets):
             # the next onset after where the newest spike came back, or past its slow horizon
             k = min(int(np.searchsorted(onsets, resume)), int(np.searchsorted(steps, resume_step, side="right")))
             if k >= len(onsets):
                 break
-            spike = self._advance(self._begin(w, base, int(onsets[k]), z, threshold, first_step), w)
+            begun = self._begin(w, base, int(onsets[k]), float(onset_z[k]), float(onset_bar[k]), first_step)
+            spike = self._advance(begun, w)
             (closed if spike.end is not None else followed).append(spike)
             if len(followed) > MAX_FOLLOWED:
                 closed.append(self._give_up(followed.pop(0), w))
             resume = spike.end if spike.recovered and spike.end is not None else _NEVER
             resume_step = spike.onset_step + spike.slow
-            onsets, steps = onsets[k + 1 :], steps[k + 1 :]
+            onsets, steps, onset_z, onset_bar = onsets[k + 1 :], steps[k + 1 :], onset_z[k + 1 :], onset_bar[k + 1 :]
         new_state = SpikeState(
             count=state.count + int(finite.sum()),
             first_step=first_step,
@@ -251,6 +296,9 @@ class LossSpikeDetector:
             values=w.value[-self.memory :].copy(),
             tail=tail,
             block_max=block_max,
+            held_tail=held_tail,
+            held_block_max=held_block_max,
+            bars=bars[len(bars) - min(len(bars), c.confirm_points - 1) :].copy(),
             resume=int(resume),
             resume_step=int(resume_step),
             followed=tuple(followed),
@@ -261,44 +309,66 @@ class LossSpikeDetector:
 
     # -- onsets -------------------------------------------------------------------------
 
-    def _thresholds(self, state: SpikeState, z: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-        """The threshold of each new point, from the maxima of the `tail_blocks` complete
-        tail blocks before its own; and the block maxima to keep."""
+    def _thresholds(
+        self, count: int, tail: np.ndarray, block_max: float, z: np.ndarray, floor: float
+    ) -> tuple[np.ndarray, np.ndarray, float]:
+        """The threshold of each new point (`count` fed before it), from the maxima of z
+        over the `tail_blocks` complete tail blocks before its own, never below `floor`
+        (nor below `z` before `held_after_blocks` blocks are known); and the block maxima
+        to keep."""
         c = self.config
         size, kept = c.tail_block, c.tail_blocks
         if not len(z):
-            return np.zeros(0), state.tail, state.block_max
-        block = (state.count + np.arange(len(z))) // size
+            return np.zeros(0), tail, block_max
+        block = (count + np.arange(len(z))) // size
         first = int(block[0])
         starts = np.flatnonzero(np.diff(block, prepend=first - 1))
         peaks = np.maximum.reduceat(np.where(np.isnan(z), -np.inf, z), starts)
-        peaks[0] = max(peaks[0], state.block_max)
-        done = (state.count + len(z)) // size - first  # blocks of this feed now complete
-        history = np.concatenate([state.tail, np.where(np.isfinite(peaks[:done]), peaks[:done], 0.0)])
+        peaks[0] = max(peaks[0], block_max)
+        done = (count + len(z)) // size - first  # blocks of this feed now complete
+        history = np.concatenate([tail, np.where(np.isfinite(peaks[:done]), peaks[:done], 0.0)])
         # block first + k is judged by the `kept` complete blocks before it (fewer in the
         # run's first blocks): padded[ends[k] : ends[k] + kept]
         padded = np.concatenate([np.full(kept, np.nan), history])
-        ends = len(state.tail) + np.arange(len(peaks))
+        ends = len(tail) + np.arange(len(peaks))
         windows = np.lib.stride_tricks.sliding_window_view(padded, kept)[ends]
-        bar = np.maximum(c.z, c.tail_margin * _percentile(windows, c.tail_quantile))
+        known = np.sum(~np.isnan(windows), axis=1)
+        floor_now = np.where(known >= c.held_after_blocks, floor, max(floor, c.z))
+        bar = np.maximum(floor_now, c.tail_margin * _percentile(windows, c.tail_quantile))
         block_max = float(peaks[-1]) if done < len(peaks) else -np.inf
         return bar[block - first], history[-kept:].copy(), block_max
 
-    def _onsets(self, w: _Window, base: Baseline, z: np.ndarray, threshold: np.ndarray) -> np.ndarray:
-        """Indices of the new points that could start a spike: far enough above the level
-        (in sigmas and in representable steps), and sudden."""
+    def _onsets(self, w: _Window, base: Baseline, z: np.ndarray, bars: np.ndarray, held: _Held) -> _Onsets:
+        """The points that could start a spike, with their z and threshold: far enough above
+        the level (in sigmas and in representable steps) and sudden, either the point itself
+        or the median of it and the `confirm_points - 1` points after it, with the point at
+        least half that high (a jump that stays, starting at the point).  A point is judged once the points after it are known, so the same onsets
+        come out however the series is cut: those of this feed are the positions from
+        `confirm_points - 1` before its first new point.  `bars` and `held.bar` end at the
+        window's last point."""
         c = self.config
-        v = w.value[w.new :]
-        if not len(v):
-            return np.zeros(0, np.int64)
-        excess = v - base.level[w.new :]
-        lowest = _move_min(w.value, c.rise_points + 1)[w.new :]
-        sudden = v - lowest >= 0.5 * excess  # gained at least half its height within rise_points
-        hit = (z[w.new :] > threshold) & sudden & (excess > c.min_quanta * base.quantum[w.new :])
-        return w.first + w.new + np.flatnonzero(hit)
+        lag = c.confirm_points - 1
+        lo, hi = max(w.new - lag, 0), len(w.value) - lag  # the points judged now: [lo, hi)
+        if hi <= lo:
+            return _Onsets(np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
+        level, quantum = base.level[lo:hi], base.quantum[lo:hi]
+        lowest = _move_min(w.value, c.rise_points + 1)[lo:hi]
+        point_z, point_bar = z[lo:hi], bars[len(bars) - (len(w.value) - lo) :][: hi - lo]
+        held_z, held_bar = held.z[lo + lag :], held.bar[len(held.bar) - (hi - lo) :]
+        point = _sudden(w.value[lo:hi], level, lowest, quantum, c.min_quanta) & (point_z > point_bar)
+        held_value = held.value[lo + lag :]
+        first_half = w.value[lo:hi] - level >= 0.5 * (held_value - level)  # the jump starts at the point, not after it
+        stays = _sudden(held_value, level, lowest, quantum, c.min_quanta) & (held_z > held_bar) & first_half
+        hit = np.flatnonzero(point | stays)
+        own = point[hit]
+        return _Onsets(
+            w.first + lo + hit,
+            np.where(own, point_z[hit], held_z[hit]),
+            np.where(own, point_bar[hit], held_bar[hit]),
+        )
 
     def _begin(
-        self, w: _Window, base: Baseline, onset: int, z: np.ndarray, threshold: np.ndarray, first_step: int | None
+        self, w: _Window, base: Baseline, onset: int, z: float, threshold: float, first_step: int | None
     ) -> Followed:
         """A spike at `onset`: its level, band and horizons in the run's own time."""
         c = self.config
@@ -316,8 +386,8 @@ class LossSpikeDetector:
         slow = max(fast, c.slow_points * interval, c.slow_steps, int(c.slow_share * age))
         watch = max(slow, c.watch_points * interval, c.watch_steps, int(c.watch_share * age))
         return Followed(
-            onset=onset, onset_step=int(s[i]), level=level, sigma=sigma, band=band, z=float(z[i]),
-            threshold=float(threshold[i - w.new]), interval=interval, width=width, fast=fast, slow=slow,
+            onset=onset, onset_step=int(s[i]), level=level, sigma=sigma, band=band, z=z,
+            threshold=threshold, interval=interval, width=width, fast=fast, slow=slow,
             watch=watch, settle=max(c.settle_points, c.settle_steps // interval), searched=onset + 1, summed=onset,
             area=0.0, peak=onset, peak_step=int(s[i]), peak_value=float(w.value[i]), seen=onset - 1,
             seen_step=int(s[i]), top_value=float(w.value[i]), confirmed=None, alerted=False, critical=False,
@@ -537,6 +607,26 @@ def _percentile(rows: np.ndarray, q: float) -> np.ndarray:
     below = np.take_along_axis(ordered, lo[:, None], axis=1)[:, 0]
     above = np.take_along_axis(ordered, hi[:, None], axis=1)[:, 0]
     return np.where(count > 0, below + (above - below) * (at - lo), -np.inf)
+
+
+def _sudden(value: np.ndarray, level: np.ndarray, lowest: np.ndarray, quantum: np.ndarray, quanta: float) -> np.ndarray:
+    """Above the level by more than `quanta` representable steps, at least half of it gained
+    over `lowest` (the lowest point of the last few)."""
+    excess = value - level
+    return (value - lowest >= 0.5 * excess) & (excess > quanta * quantum)
+
+
+def _move_median(a: np.ndarray, window: int) -> np.ndarray:
+    """Median of each point and the `window - 1` before it (NaN before `window` points)."""
+    return bn.move_median(a, window) if len(a) >= window else np.full(len(a), np.nan)
+
+
+def _lagged(a: np.ndarray, lag: int) -> np.ndarray:
+    """a[k - lag] at k (NaN before)."""
+    out = np.full(len(a), np.nan)
+    if lag < len(a):
+        out[lag:] = a[: len(a) - lag]
+    return out
 
 
 def _move_min(a: np.ndarray, window: int) -> np.ndarray:

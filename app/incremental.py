@@ -6,14 +6,24 @@ reached them (from the start only when none is old enough)."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy.engine import Connection
 
 from analyzers.config import AnalysisConfig
 from analyzers.findings import Finding
 from analyzers.health import RunHealth
-from analyzers.runstream import NeedsReplay, config_key, dumps, feed_run, loads, run_health, start_run
+from analyzers.runstream import (
+    NeedsReplay,
+    RunState,
+    StateOutdated,
+    config_key,
+    dumps,
+    feed_run,
+    loads,
+    run_health,
+    start_run,
+)
 from app.analysis import Alert, AnalysisFailed, fingerprint
 from app.store import alerts as stored_alerts
 from app.store import runs as stored_runs
@@ -52,12 +62,13 @@ def advance(conn: Connection, run: StoredRun, config: AnalysisConfig) -> Advance
     saved = streams.load_state(conn, run.id)
     resumes = stored_runs.load_resumes(conn, run.id)
     try:
-        state = loads(saved.data) if saved else start_run()
+        state = _saved(saved)
         shown = _ids(run, state.shown)
         writes, positions = streams.new_writes(conn, run.id, saved.positions if saved else {})
         try:
             if saved is not None and state.config != config_key(config):
-                raise NeedsReplay({"*": -1})  # fed with other settings: no checkpoint will do, from the start
+                # fed with other settings or saved in another format: no checkpoint will do, from the start
+                raise NeedsReplay({"*": -1})
             new, closed, still = feed_run(state, writes, resumes, config, run.name)
             vanishing = None if saved is None else shown
             replayed = None
@@ -78,6 +89,17 @@ def advance(conn: Connection, run: StoredRun, config: AnalysisConfig) -> Advance
         checkpoint=new.points - latest >= streams.CHECKPOINT_POINTS, replayed_from=replayed,
     )
     return Advanced(alerts, health, vanishing, step)
+
+
+def _saved(saved: streams.SavedState | None) -> RunState:
+    """The saved state, or a new one when there is none or it is of another format (its
+    config then matches no settings, so the run is fed again from the start)."""
+    if saved is None:
+        return start_run()
+    try:
+        return loads(saved.data)
+    except StateOutdated:
+        return replace(start_run(), config="outdated")
 
 
 def _replay(conn: Connection, run: StoredRun, rewrites: dict[str, int], resumes, config: AnalysisConfig):

@@ -211,26 +211,26 @@ def time_to_alert(corpus, show_heldout: bool) -> None:
     timings = replay_events(todo, progress)
     part_of = {(r.run, e): r.part for r in corpus.runs for e in r.required}
     print("\n## Time to first alert, live (chunks of 10 steps)\n")
-    print("Steps from the labelled onset to the first response carrying a matching alert change; "
-          "`pending` is when a matching alert first waited in pending (not reported today).\n")
-    print("| part | kind | events | told | median | worst | never told | pending: median | pending: worst |")
+    print("Steps from the labelled onset to the first response carrying a matching alert change "
+          "(firing, updated or pending), and the points the event's tag logged from its onset to then.\n")
+    print("| part | kind | events | told | median steps | worst steps | median points | worst points | never told |")
     print("|---|---|---|---|---|---|---|---|---|")
     for part in labels.PARTS:
         mine = [t for t in timings if part_of[(t.event.run, t.event)] == part]
         for kind in sorted({t.event.kind for t in mine}):
             ts = [t for t in mine if t.event.kind == kind]
             told = [t.delay for t in ts if t.delay is not None]
-            pend = [t.pending_delay for t in ts if t.pending_delay is not None]
+            points = [t.told_points for t in ts if t.told_points is not None]
             print(f"| {part} | {kind} | {len(ts)} | {len(told)} | {_median(told)} | {max(told) if told else '-'} | "
-                  f"{len(ts) - len(told)} | {_median(pend)} | {max(pend) if pend else '-'} |")
+                  f"{_median(points)} | {max(points) if points else '-'} | {len(ts) - len(told)} |")
     for part in labels.PARTS:
         if part == "heldout" and not show_heldout:
             continue
-        print(f"\nper event, {part} part (run tag kind @ onset: told after, pending after):")
+        print(f"\nper event, {part} part (run tag kind @ onset: told after steps, points):")
         for t in timings:
             if part_of[(t.event.run, t.event)] == part:
                 print(f"  {t.event.run} {t.event.tag} {t.event.kind} @ {t.event.step}: "
-                      f"{'never' if t.delay is None else t.delay}, {'-' if t.pending_delay is None else t.pending_delay}")
+                      f"{'never' if t.delay is None else t.delay}, {'-' if t.told_points is None else t.told_points}")
     progress(f"  replay done in {time.monotonic() - started:.0f} s")
 
 

@@ -27,7 +27,6 @@ from app.ingest.logdir import Run
 from app.ingest.points import json_number
 from app.service.ingest import ingest_json
 from app.service.settings import Settings
-from app.store import alerts as stored_alerts
 from app.store.db import Store, open_store
 from bench.corpus import Event
 
@@ -42,21 +41,19 @@ SUDDEN_HORIZON_POINTS = 30
 @dataclass(frozen=True)
 class Timing:
     """When a labelled event was first told live: the last step posted when a response first
-    carried a matching change (firing/updated; pending too if it were returned), and when
-    a matching alert first existed in the store waiting in `pending` (never told today)."""
+    carried a matching change (firing, updated or pending), and how many points the event's
+    tag had logged from its onset up to then (the onset's own included): an evaluation
+    every 5,000 updates cannot be told sooner than 5,000 steps, but it can be told at its
+    first evaluation."""
 
     event: Event
     told_step: int | None
-    pending_step: int | None
+    told_points: int | None
     posts: int
 
     @property
     def delay(self) -> int | None:
         return None if self.told_step is None else self.told_step - self.event.step
-
-    @property
-    def pending_delay(self) -> int | None:
-        return None if self.pending_step is None else self.pending_step - self.event.step
 
 
 class Replayer:
@@ -81,16 +78,15 @@ class Replayer:
             self._post(name, run.points.tags, steps[history], tags[history], values[history])
         chunk = np.floor_divide(steps, CHUNK_STEPS)
         later = np.flatnonzero((steps >= live) & (steps <= horizon))
-        pending_step, posts = None, 0
+        own = steps[tags == run.points.tags.index(event.tag)]
+        posts = 0
         for ids in np.split(later, np.flatnonzero(np.diff(chunk[later])) + 1) if len(later) else []:
             changes = self._post(name, run.points.tags, steps[ids], tags[ids], values[ids])
             posts += 1
             last = int(steps[ids].max())
             if any(_tells(c.event, event) for c in changes):
-                return Timing(event, last, pending_step, posts)
-            if pending_step is None and self._pending(name, event):
-                pending_step = last
-        return Timing(event, None, pending_step, posts)
+                return Timing(event, last, int(np.sum((own >= event.step) & (own <= last))), posts)
+        return Timing(event, None, None, posts)
 
     def _post(self, name: str, names: tuple[str, ...], steps: np.ndarray, tags: np.ndarray, values: np.ndarray) -> list:
         body = json.dumps({"points": [
@@ -98,11 +94,6 @@ class Replayer:
         ]}).encode()
         self.clock += 1.0
         return ingest_json(self.store, name, body, False, False, self.settings, self.clock).changes
-
-    def _pending(self, name: str, event: Event) -> bool:
-        with self.store.read() as conn:
-            records = stored_alerts.query_alerts(conn, state="pending", limit=100_000)
-        return any(r.run == name and event.matches(r.kind, r.tag, r.start_step) for r, _, _, _ in records)
 
 
 def _tells(reported, event: Event) -> bool:

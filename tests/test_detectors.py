@@ -8,6 +8,7 @@ import pytest
 
 from analyzers.analyze import analyze_run
 from analyzers.findings import Kind, Severity, SpikeClass
+from analyzers.gradnorm import GradNormDetector
 from analyzers.series import Resume, TagWrites, prepare_run
 
 
@@ -42,9 +43,30 @@ def test_grad_norm_explosion_leading_a_loss_spike_is_one_incident():
 
 def test_grad_norm_explosion_without_a_spike_stands_alone():
     grad = noisy(2000, 0.5, 0.1)
-    grad[800] = 40
+    grad[800:802] = [40, 35]
     [explosion] = kinds(analyze_run(run({"train/loss": noisy(2000, 2, 0.01), "grad_norm": grad})), Kind.GRAD_NORM_EXPLOSION)
     assert explosion.severity is Severity.WARNING and "loss_spike_step" not in explosion.evidence
+
+
+def test_a_one_point_explosion_the_loss_never_felt_is_informational():
+    grad = noisy(2000, 0.5, 0.1)
+    grad[800] = 40
+    [explosion] = kinds(analyze_run(run({"train/loss": noisy(2000, 2, 0.01), "grad_norm": grad})), Kind.GRAD_NORM_EXPLOSION)
+    assert explosion.severity is Severity.INFO
+    assert explosion.message.endswith("; back at the next point and no loss spike followed")
+
+
+def test_a_one_point_explosion_is_told_once_it_closes_and_a_longer_one_at_its_second_point():
+    detector = GradNormDetector()
+    grad = noisy(200, 0.5, 0.1)
+    grad[100], grad[150:152] = 40, [40, 38]
+    state = detector.start()
+    told = {}
+    for i in range(200):
+        state, closed, still = detector.feed(state, np.array([i]), grad[i : i + 1], "grad_norm")
+        for f in closed + still:
+            told.setdefault(f.start_step, i)
+    assert told == {100: 103, 150: 151}
 
 
 def test_grad_norm_of_noise_and_decay_is_silent():

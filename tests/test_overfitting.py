@@ -195,3 +195,17 @@ def test_a_flat_eval_loss_of_pure_noise_rarely_rises():
     assert rises(0.005)[0] == 0
     count, evals = rises(0.02)  # 12 in 12,200, nine of them in the first ten evaluations
     assert count * 1000 <= evals, count
+
+
+def test_a_validation_rise_told_as_overfitting_is_not_also_a_spike():
+    # Marian's back-translated blocks: a smooth validation loss (every 5k updates) rises 15%
+    # over 4 validations while the train loss falls, then comes back; its points stand far
+    # out of its tiny noise, but the rise is one overfitting alert, not a spike too
+    rng = np.random.default_rng(2)
+    steps = np.arange(0, 400_000, 5000)
+    val = 1.45 - 0.15 * steps / steps[-1] + 0.002 * rng.standard_normal(len(steps))
+    val[60:66] += np.array([0.05, 0.1, 0.16, 0.19, 0.1, 0.03]) * 1.3
+    train_steps = np.arange(0, 400_000, 500)
+    train = 2.2 - 0.4 * train_steps / train_steps[-1] + 0.01 * rng.standard_normal(len(train_steps))
+    findings = analyze_run(run({"train/loss": (train_steps, train), "val/loss": (steps, val)}))
+    assert [(f.kind, f.tag) for f in findings if f.tag == "val/loss"] == [(Kind.OVERFITTING, "val/loss")]

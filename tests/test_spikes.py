@@ -204,8 +204,8 @@ def test_the_2_to_3x_blips_of_a_regression_minibatch_loss_are_noise(seed):
     found = LossSpikeDetector().detect(series(v))
     level = np.median(v[500:])
     assert np.sum((v[500:] > 2 * level) & (v[500:] < 3 * level)) > 80  # it throws them every few dozen steps
-    assert sum(f.ratio < 3 for f in found) <= 1, [f.message for f in found]  # of those, at most one
-    assert all(f.severity is Severity.INFO for f in found) and len(found) <= 10  # and a few of its 3-50x ones
+    assert sum(f.ratio < 3 for f in found) <= 2, [f.message for f in found]  # of those, at most two
+    assert all(f.severity is Severity.INFO for f in found) and len(found) <= 12  # and a few of its 3-50x ones
 
 
 # -- alert early, then refine -------------------------------------------------------------
@@ -339,3 +339,25 @@ def test_llmc_gpt2_124m_healthy_run_raises_no_warning(tag):
     found = LossSpikeDetector().detect(public_series("reference-runs/json/ext_llmc_gpt2_124m.json", tag))
     assert [f.message for f in found if f.severity >= Severity.WARNING] == []
     assert all(f.ratio < 1.15 for f in found)  # at most its optional +5-10% blips, as info
+
+
+def test_a_jump_that_stays_is_a_spike_though_no_point_stands_out_enough():
+    # charlm_lr_jump_a: an LR jump lifts a noisy loss ~5.5 sigmas for 40 steps, then it
+    # comes back over ~300 steps; the point rule alone misses it
+    rng = np.random.default_rng(0)
+    v = 1.3 + 0.09 * rng.standard_normal(2000)
+    v[1100:1140] += 0.5
+    v[1140:1440] += np.linspace(0.5, 0.0, 300)
+    assert not LossSpikeDetector(SpikeConfig(held_z=np.inf)).detect(series(v))
+    f = only(LossSpikeDetector().detect(series(v)))
+    assert f.classification is SpikeClass.SLOW_RECOVERING
+    assert f.start_step == 1100
+
+
+def test_three_high_points_in_a_row_of_a_heavy_tailed_loss_set_their_own_bar():
+    # a loss whose minibatch noise throws runs of high points now and then (Student t, 2 dof,
+    # smoothed over 3 steps): its 3-point lows reach 4 sigmas by themselves; none is reported
+    rng = np.random.default_rng(4)
+    noise = np.convolve(rng.standard_t(2, 20000), np.ones(3) / 3, mode="same")
+    v = 3.0 + 0.02 * noise
+    assert not [f for f in LossSpikeDetector().detect(series(v)) if f.severity >= Severity.WARNING]

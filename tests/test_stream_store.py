@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
+from analyzers import runstream
 from analyzers.config import AnalysisConfig
 from app import incremental
 from app.alerts.lifecycle import AlertRecord, State, evaluate
@@ -228,3 +229,25 @@ def test_other_settings_start_the_analysis_again(store, tmp_path):
         stored = stored_alerts.load_alerts(conn, run.id)
     assert {a.id: stored[a.id].finding for a in alerts} == {a.id: a.to_dict() for a in alerts}
     assert run.health == health.to_dict()
+
+
+def test_a_state_saved_by_an_older_release_starts_the_analysis_again(store, tmp_path, monkeypatch):
+    (tmp_path / "r").mkdir()
+    events = tmp_path / "r" / "events.out.tfevents.1"
+    write_events(events, [])
+    tags = run_tags(3000)
+    append(events, 0, {t: v[:2000] for t, v in tags.items()})
+    with monkeypatch.context() as m:  # saved by a release whose states had another shape
+        m.setattr(runstream, "STATE_FORMAT", runstream.STATE_FORMAT - 1)
+        scan(store, [str(tmp_path)])
+    with store.read() as conn:
+        [run] = stored_runs.find_runs(conn, "r")
+        with pytest.raises(runstream.StateOutdated):
+            runstream.loads(streams.load_state(conn, run.id).data)
+    append(events, 2000, {t: v[2000:] for t, v in tags.items()})
+    scan(store, [str(tmp_path)])
+    run, want, health, stored = batch_view(store, "r")
+    assert {i: r.finding for i, r in stored.items()} == want
+    assert run.health == health
+    with store.read() as conn:
+        assert runstream.loads(streams.load_state(conn, run.id).data).points == 9000

@@ -173,3 +173,69 @@ def test_generated_plateaus_are_found_and_clean_runs_stay_silent():
     assert plateau.precision == 1.0, plateau.false_alarms
     assert plateau.recall >= 0.95, plateau.misses
     assert loud == []
+
+
+def cosine(n: int, peak: float = 1e-3, floor: float = 0.0, warmup: int = 100) -> np.ndarray:
+    t = np.arange(n)
+    decay = floor + (peak - floor) * 0.5 * (1 + np.cos(np.pi * np.clip(t - warmup, 0, None) / (n - warmup)))
+    return np.where(t < warmup, peak * (t + 1) / warmup, decay)
+
+
+def test_an_lr_frozen_mid_decay_while_the_loss_stops_improving_is_a_plateau():
+    n = 6000
+    lr = cosine(n)
+    lr[2500:] = lr[2500]  # the scheduler is no longer stepped: 0.64 of the peak
+    loss = learned(n, seed=11)
+    loss[2500:] = loss[2500] * (1 + 0.02 * np.random.default_rng(12).standard_normal(n - 2500))
+    [f] = kinds(analyze_run(run({"train/loss": loss, "train/lr": lr})), Kind.PLATEAU)
+    assert (f.tag, f.start_step, f.evidence["reason"], f.ongoing) == ("train/loss", 2500, "lr_frozen", True)
+    assert f.message.startswith(
+        "train/loss is not learning: train/lr has been frozen at 0.000644 (0.64 of its 0.001 peak) after falling "
+        "at every point since step 2500 (its level: "
+    )
+    assert "scheduler.step()" in f.remediation
+
+
+@pytest.mark.parametrize("case", ["floor", "constant", "steps"])
+def test_an_lr_held_as_planned_is_no_plateau(case):
+    n = 6000
+    t = np.arange(n)
+    if case == "floor":  # a linear decay to 10% of the peak, then held there
+        lr = np.where(t < 4000, 1e-3 - 0.9e-3 * t / 4000, 1e-4)
+    elif case == "constant":  # a warm-up, then a constant LR (a WSD schedule's stable phase)
+        lr = np.minimum(1e-3 * (t + 1) / 500, 1e-3)
+    else:  # a step schedule: each stage held for 1500 steps
+        lr = 1e-3 * 0.1 ** (t // 1500)
+    loss = learned(n, seed=13)
+    loss[3000:] = loss[3000] * (1 + 0.02 * np.random.default_rng(14).standard_normal(n - 3000))  # flat from 3000
+    assert kinds(analyze_run(run({"train/loss": loss, "train/lr": lr})), Kind.PLATEAU) == []
+
+
+def test_a_frozen_lr_is_found_the_same_in_any_split():
+    from analyzers.plateau import ZeroLRDetector
+    from analyzers.stream import feed_in_pieces
+
+    lr = cosine(3000)
+    lr[1200:] = lr[1200]
+    steps = np.arange(3000, dtype=np.int64)
+    detector = ZeroLRDetector()
+    whole = detector.detect(run({"train/lr": lr}).series["train/lr"])
+    assert [(f.start_step, f.evidence["reason"]) for f in whole] == [(1200, "lr_frozen")]
+    for cuts in ([1199], [1200], [1201], [600, 1200, 1231, 2000], list(range(1190, 1240))):
+        assert feed_in_pieces(detector, steps, lr, cuts, "train/lr", checks=3) == whole
+
+
+@pytest.mark.parametrize("sudden", [False, True])
+def test_an_lr_set_to_zero_at_once_is_told_sooner_than_one_that_decayed_into_it(sudden):
+    # llm.c logs its linear decay to 6 decimals and trains its last ~350 steps at 0: a
+    # schedule run to its end, told after 1000 steps; a scheduler that sets 6e-4 to 0 at
+    # once, after 200
+    n = 4000
+    t = np.arange(n)
+    lr = np.round(np.where(t < 3600, 6e-4 * (1 - t / 3600), 0.0), 6)
+    if sudden:
+        lr = np.where(t < 3600, 6e-4, 0.0)
+    loss = learned(n, seed=15)
+    loss[3500:] = loss[3500] * (1 + 0.02 * np.random.default_rng(16).standard_normal(n - 3500))
+    plateaus = kinds(analyze_run(run({"train/loss": loss, "train/lr": lr})), Kind.PLATEAU)
+    assert [(f.start_step, f.evidence["reason"]) for f in plateaus] == ([(3600, "lr_zero")] if sudden else [])
