@@ -4,13 +4,12 @@ spike it leads)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from analyzers.config import AnalysisConfig
-from analyzers.findings import Finding, Kind, Severity, SpikeClass
+from analyzers.findings import Finding, Kind
 from analyzers.gradnorm import GradNormDetector
+from analyzers.incidents import explained_by_spike, join_explosions, overfitting_tells
 from analyzers.lossscale import LossScaleDetector
 from analyzers.nonfinite import NonFiniteDetector
 from analyzers.overfitting import EvalRiseDetector, judge, train_counterpart
@@ -35,7 +34,7 @@ def _analyze(run: RunSeries, config: AnalysisConfig) -> list[Finding]:
     spike_detector = LossSpikeDetector(config.spikes)
     spikes = [f for s in losses for f in spike_detector.detect(s)]
     explosions = [f for s in run.with_role(Role.GRAD_NORM) for f in GradNormDetector(config.grad_norm).detect(s)]
-    explosions, spikes = _join(explosions, spikes, config.incident_steps)
+    explosions, spikes = join_explosions(explosions, spikes, config.incident_steps)
     trends = _trends(run, config, spikes, explosions)
     spikes = [s for s in spikes if not overfitting_tells(s, trends)]
     findings = (
@@ -60,7 +59,7 @@ def _trends(run: RunSeries, config: AnalysisConfig, spikes: list[Finding], grad:
     lr = next(iter(run.with_role(Role.LEARNING_RATE)), None)
     found = []
     for series in train:
-        found += [f for f in DivergenceDetector(config.trend).detect(series) if not _explained(f, spikes)]
+        found += [f for f in DivergenceDetector(config.trend).detect(series) if not explained_by_spike(f, spikes)]
         unmoved = [f for f in InitialLevelDetector(p).detect(series) if not warming_up(lr, f)]
         found += merge_plateaus(unmoved + stalled_plateaus(series, causes, p))
     for series in run.with_role(Role.EVAL_LOSS):
@@ -68,68 +67,3 @@ def _trends(run: RunSeries, config: AnalysisConfig, spikes: list[Finding], grad:
         found += [judge(r, series, counterpart, config.overfitting) for r in EvalRiseDetector(config.overfitting).detect(series)]
         found += [f for f in InitialLevelDetector(p, evaluations=True).detect(series) if not warming_up(lr, f)]
     return found
-
-
-def _join(explosions: list[Finding], spikes: list[Finding], lead: int) -> tuple[list[Finding], list[Finding]]:
-    """Pair each explosion with the loss spike starting at most `lead` steps after it (or
-    during it), and mark both; the explosion takes the spike's severity (clipping may have
-    absorbed it: a fast-recovering spike makes it informational)."""
-    spikes = list(spikes)
-    joined = []
-    for explosion in explosions:
-        if explosion.kind is not Kind.GRAD_NORM_EXPLOSION:
-            joined.append(explosion)
-            continue
-        start = explosion.start_step
-        near = [
-            (i, s) for i, s in enumerate(spikes)
-            if start - lead <= s.start_step <= max(start + lead, explosion.end_step or start)
-        ]
-        if not near:
-            joined.append(_absorbed(explosion) if explosion.evidence.get("points") == 1 and not explosion.ongoing else explosion)
-            continue
-        i, spike = min(near, key=lambda pair: abs(pair[1].start_step - start))
-        spikes[i] = replace(spike, evidence={**spike.evidence, "grad_norm_explosion_step": start, "grad_norm_ratio": explosion.ratio})
-        joined.append(
-            replace(
-                explosion,
-                severity=spike.severity,  # one incident: as serious as what the loss did
-                message=f"{explosion.message}; {spike.tag} spikes {spike.start_step - start:+d} steps later",
-                evidence={**explosion.evidence, "loss_spike_step": spike.start_step, "loss_spike_tag": spike.tag},
-            )
-        )
-    return joined, spikes
-
-
-def _absorbed(explosion: Finding) -> Finding:
-    """A one-point explosion no loss spike followed: clipping (or the optimizer) absorbed it."""
-    return replace(
-        explosion,
-        severity=Severity.INFO,
-        message=f"{explosion.message}; back at the next point and no loss spike followed",
-    )
-
-
-def _explained(divergence: Finding, spikes: list[Finding]) -> bool:
-    """A rise that a spike on the same tag already accounts for is not news: one still up
-    or gone divergent after the rise began, or, for a rise that came back, any spike
-    within it."""
-    end = divergence.end_step
-    return any(
-        s.tag == divergence.tag
-        and s.start_step >= divergence.start_step
-        and (s.classification is not SpikeClass.FAST_RECOVERING if end is None else s.start_step <= end)
-        for s in spikes
-    )
-
-
-def overfitting_tells(spike: Finding, trends: list[Finding]) -> bool:
-    """An evaluation loss's spike inside an overfitting finding of its tag (from the best
-    evaluation to where it ends) is that rise seen point by point: the overfitting alert,
-    which says where early stopping would have stopped, tells it (a Marian validation loss
-    rising 15% over 4 evaluations while its train loss falls)."""
-    return any(
-        f.kind is Kind.OVERFITTING and f.tag == spike.tag
-        and f.start_step <= spike.start_step <= (f.end_step if f.end_step is not None else spike.start_step)
-        for f in trends
-    )

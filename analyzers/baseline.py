@@ -79,6 +79,21 @@ class Baseline:
         return np.where(known, np.fmax(spread, self.quantum), np.nan)
 
 
+def median(values: np.ndarray) -> np.float64:
+    """`np.median` of a 1-d array, the same number (NaN when any value is), without what
+    `np.median` imports on first use: numpy.ma, 20-35 ms of a fresh process's first scan."""
+    a = np.asarray(values).ravel()
+    n = len(a)
+    if not n:
+        return np.float64(np.nan)
+    h = n // 2
+    inexact = a.dtype.kind in "fc"
+    part = np.partition(a, [h - 1, h, n - 1] if n % 2 == 0 else [h, n - 1]) if inexact else np.partition(a, [h - 1, h] if n % 2 == 0 else h)
+    if inexact and np.isnan(part[-1]):
+        return np.float64(np.nan)
+    return np.float64(part[h]) if n % 2 else (np.float64(part[h - 1]) + np.float64(part[h])) / 2
+
+
 def memory(config: BaselineConfig) -> int:
     """Points before a point that its baseline depends on."""
     return config.window + 2 * config.noise_window

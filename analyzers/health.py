@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from analyzers.baseline import DIFF_MAD_TO_SIGMA
+from analyzers.baseline import DIFF_MAD_TO_SIGMA, median
 from analyzers.findings import Finding, Kind, Severity, SpikeClass
 from analyzers.plateau import PlateauConfig
 from analyzers.roles import Role
@@ -128,14 +128,14 @@ def _status(
             or (f.kind is Kind.LOSS_SPIKE and f.classification is SpikeClass.DIVERGENT)
             or (f.kind is Kind.NONFINITE and f.severity is Severity.CRITICAL)
         ):
-            return Health.DIVERGED, _told(f, "since")
+            return Health.DIVERGED, told(f, "since")
     for kind, health in ((Kind.PLATEAU, Health.STALLED), (Kind.OVERFITTING, Health.OVERFITTING)):
         for f in findings:
             if f.kind is kind and f.ongoing and f.severity >= Severity.WARNING:
-                return health, _told(f, "since")
+                return health, told(f, "since")
     for f in sorted(findings, key=lambda f: -f.severity):
-        if _unsettling(f):
-            return Health.UNSTABLE, _told(f, "at")
+        if unsettling(f):
+            return Health.UNSTABLE, told(f, "at")
     train = run.with_role(Role.LOSS)
     flat = _converged(train[0], run, plateau, config) if train else None
     if flat:
@@ -143,12 +143,12 @@ def _status(
     return Health.HEALTHY, "nothing wrong seen" if train or run.with_role(Role.EVAL_LOSS) else "no loss logged"
 
 
-def _told(f: Finding, when: str) -> str:
+def told(f: Finding, when: str) -> str:
     kind = f.kind.value + (f" ({f.classification.value})" if f.classification else "")
     return f"{kind} on {f.tag} {when} step {f.start_step}"
 
 
-def _unsettling(f: Finding) -> bool:
+def unsettling(f: Finding) -> bool:
     if f.kind in (Kind.LOSS_SPIKE, Kind.GRAD_NORM_EXPLOSION, Kind.NONFINITE):
         return f.severity >= Severity.WARNING
     return f.kind is Kind.LOSS_SCALE_COLLAPSE or (f.kind is Kind.DIVERGENCE and not f.ongoing)
@@ -173,9 +173,9 @@ def converged(
     start = min(len(v) - plateau.points, int(np.searchsorted(s, s[-1] - plateau.steps)))
     window = v[start:]
     half = len(window) // 2
-    earlier, later = float(np.median(window[:half])), float(np.median(window[half:]))
-    first = float(np.median(head))
-    point = float(np.median(np.abs(np.diff(window)))) * DIFF_MAD_TO_SIGMA
+    earlier, later = float(median(window[:half])), float(median(window[half:]))
+    first = float(median(head))
+    point = float(median(np.abs(np.diff(window)))) * DIFF_MAD_TO_SIGMA
     sigma = point * 1.2533 * math.sqrt(2 / half)
     if abs(earlier - later) > max(config.tolerance * abs(earlier), 3 * sigma):
         return None

@@ -84,8 +84,8 @@ class NonFiniteDetector:
                 continue
             for f in self.detect_series(series):
                 if f.severity is Severity.CRITICAL and series.role is Role.GRAD_NORM:
-                    f = _hidden(f, series, losses)
-                findings.append(_under_fp16(f) if fp16 and f.severity >= Severity.WARNING else f)
+                    f = hidden_nan(f, series, losses)
+                findings.append(under_fp16(f) if fp16 and f.severity >= Severity.WARNING else f)
         return findings
 
     def detect_series(self, series: Series) -> list[Finding]:
@@ -221,7 +221,7 @@ def _followed(e: Episode, step: np.ndarray, last: int, after: int) -> Episode:
     return replace(e, finite_after=after, back_step=back)
 
 
-def _hidden(finding: Finding, grad: Series, losses: list[Series]) -> Finding:
+def hidden_nan(finding: Finding, grad: Series, losses: list[Series]) -> Finding:
     """A grad norm non-finite while a loss is finite at those steps: the trainer may hide NaN losses."""
     end = finding.end_step if finding.end_step is not None else finding.start_step
     span = (grad.step >= finding.start_step) & (grad.step <= end) & ~grad.finite
@@ -235,7 +235,7 @@ def _hidden(finding: Finding, grad: Series, losses: list[Series]) -> Finding:
     )
 
 
-def _under_fp16(finding: Finding) -> Finding:
+def under_fp16(finding: Finding) -> Finding:
     return replace(finding, remediation=finding.remediation + " Under fp16, train in bf16 or keep the overflowing op in fp32.")
 
 

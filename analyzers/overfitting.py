@@ -42,10 +42,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from analyzers.baseline import DIFF_MAD_TO_SIGMA
+from analyzers.baseline import DIFF_MAD_TO_SIGMA, median
 from analyzers.findings import Finding, Kind, Severity
 from analyzers.series import Series
-from analyzers.stream import StreamState, detect_at_once
+from analyzers.stream import StreamState, detect_at_once, run_lengths
 from analyzers.trend import BlockState, cut_blocks, empty_blocks
 
 
@@ -79,7 +79,7 @@ class EvalRiseState(StreamState):
     now_step: int
 
 
-_AHEAD = 256  # evaluations looked at a time for the next event
+_AHEAD = 1024  # evaluations looked at a time for the next event
 
 
 class _Rise:
@@ -149,16 +149,19 @@ class EvalRiseDetector:
         return np.maximum(c.min_rise * np.abs(best), (c.z + bias) * np.asarray(sigma))
 
     def _quiet(self, x: _Rise, v: np.ndarray, at: np.ndarray, sigma: np.ndarray, j: int) -> int:
-        """New bests and evaluations within the margin, up to the next one above it (looked
-        for a bounded stretch at a time, so a long noisy series costs O(n))."""
+        """New bests and evaluations within the margin, up to the next streak above it that
+        may reach `patience` (looked for a bounded stretch at a time, so a long noisy series
+        costs O(n)).  Fewer than `patience` evaluations in a row above the margin, followed
+        by one that is not, leave nothing behind (the streak is back at 0): they are taken
+        with the rest."""
         end = min(len(v), j + _AHEAD)
         lows = np.minimum.accumulate(np.concatenate([[x.best], v[j:end]]))
         before = lows[:-1]  # the best before each evaluation
         is_new = v[j:end] < before
         pool = x.pool + 1 + np.arange(end - j)
         with np.errstate(invalid="ignore"):
-            up = np.flatnonzero(~is_new & np.isfinite(before) & (v[j:end] >= before + self._margin(before, sigma[j:end], pool)))
-        k = int(up[0]) if len(up) else end - j
+            up = ~is_new & np.isfinite(before) & (v[j:end] >= before + self._margin(before, sigma[j:end], pool))
+        k = _streak_start(up, self.config.patience)
         if k:
             better = np.flatnonzero(is_new[:k])
             if len(better):
@@ -247,6 +250,17 @@ class EvalRiseDetector:
                 "rise": rise, "evaluations": s.evals, "first": s.first,
             },
         )
+
+
+def _streak_start(up: np.ndarray, patience: int) -> int:
+    """Where the first run of `up` that reaches `patience`, or runs to the end (it may go on
+    past it), begins; len(up) when there is none."""
+    runs = run_lengths(up)
+    long = np.flatnonzero(runs >= patience)
+    k = int(long[0]) - patience + 1 if len(long) else len(up)
+    if len(up) and up[-1]:
+        k = min(k, len(up) - int(runs[-1]))
+    return k
 
 
 # -- judging a rise against the train loss ---------------------------------------------------
@@ -344,9 +358,9 @@ def _train_change(
         since = int(np.searchsorted(s, eval_steps[i - 1], side="right")) if i > 0 else 0
         levels.append(v[max(since, b - config.train_points, 0) : b] if since < b else v[b - 1 : b])
     then, now = levels
-    t0, t1 = float(np.median(then)), float(np.median(now))
+    t0, t1 = float(median(then)), float(median(now))
     recent = v[max(0, b - 4 * config.train_points) : b]
-    point = float(np.median(np.abs(np.diff(recent)))) * DIFF_MAD_TO_SIGMA if len(recent) > 2 else 0.0
+    point = float(median(np.abs(np.diff(recent)))) * DIFF_MAD_TO_SIGMA if len(recent) > 2 else 0.0
     sigma = point * 1.2533 * math.sqrt(1 / len(then) + 1 / len(now))
     tolerance = max(config.train_tolerance * abs(t0), 3 * sigma)
     moved = "rose" if t1 - t0 > tolerance else "fell" if t0 - t1 > tolerance else "flat"

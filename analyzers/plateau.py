@@ -54,7 +54,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from analyzers.baseline import DIFF_MAD_TO_SIGMA
+from analyzers.baseline import DIFF_MAD_TO_SIGMA, median
 from analyzers.findings import Finding, Kind, Severity
 from analyzers.series import Series
 from analyzers.stream import StreamState, detect_at_once, finite_points, run_lengths
@@ -431,10 +431,10 @@ def _levels(loss: Series, start: int, end: int, size: int) -> tuple[float | None
     if not len(then) or not len(now):
         return None, math.nan, math.nan
     recent = v[max(a, b - 4 * size) : b]
-    point = float(np.median(np.abs(np.diff(recent)))) * DIFF_MAD_TO_SIGMA if len(recent) > 2 else 0.0
+    point = float(median(np.abs(np.diff(recent)))) * DIFF_MAD_TO_SIGMA if len(recent) > 2 else 0.0
     # a median of m points has sd 1.25 sigma / sqrt(m); two of them differ by sqrt(2) that
     sigma = point * 1.2533 * math.sqrt(1 / len(then) + 1 / len(now))
-    return float(np.median(then)), float(np.median(now)), sigma
+    return float(median(then)), float(median(now)), sigma
 
 
 def merge_plateaus(findings: list[Finding]) -> list[Finding]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analyzers.baseline import DIFF_MAD_TO_SIGMA
+from analyzers.baseline import DIFF_MAD_TO_SIGMA, median
 from analyzers.findings import Finding, Kind, Severity
 from analyzers.roles import Role
 from analyzers.series import Resume, RunSeries, TagWrites
@@ -85,8 +85,8 @@ def _again_vs_first(writes: TagWrites, resume: Resume) -> float | None:
         return None
     first, again = pairs
     head = slice(0, max(1, min(5, len(first))))  # warmup shows in the first writes after the resume
-    base = np.median(first[head])
-    return float(np.median(again[head]) / base) if base > 0 else None
+    base = median(first[head])
+    return float(median(again[head]) / base) if base > 0 else None
 
 
 def _repeat_drop(writes: TagWrites, resume: Resume, c: RestartConfig) -> float | None:
@@ -94,9 +94,9 @@ def _repeat_drop(writes: TagWrites, resume: Resume, c: RestartConfig) -> float |
     if pairs is None or len(pairs[0]) < 5:
         return None
     first, again = pairs
-    noise = np.median(np.abs(np.diff(first))) * DIFF_MAD_TO_SIGMA / np.sqrt(len(first))
-    gap = float(np.median(first) - np.median(again))
-    level = abs(float(np.median(first)))
+    noise = median(np.abs(np.diff(first))) * DIFF_MAD_TO_SIGMA / np.sqrt(len(first))
+    gap = float(median(first) - median(again))
+    level = abs(float(median(first)))
     return gap / level if level and gap > c.repeat_z * noise and gap > c.repeat_drop * level else None
 
 

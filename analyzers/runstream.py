@@ -34,19 +34,19 @@ import json
 import math
 import typing
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
 
-from analyzers.analyze import _explained, _join, overfitting_tells
 from analyzers.config import AnalysisConfig
 from analyzers.findings import Finding, Kind, Severity, SpikeClass
 from analyzers.gradnorm import GradNormDetector, GradNormState
-from analyzers.health import Health, RunHealth, _told, _unsettling, converged
+from analyzers.health import Health, RunHealth, converged, told, unsettling
+from analyzers.incidents import explained_by_spike, join_explosions, overfitting_tells
 from analyzers.lossscale import LossScaleDetector, LossScaleState
-from analyzers.nonfinite import NonFiniteDetector, NonFiniteState, _hidden, _under_fp16
+from analyzers.nonfinite import NonFiniteDetector, NonFiniteState, hidden_nan, under_fp16
 from analyzers.overfitting import EvalRiseDetector, EvalRiseState, judge, train_counterpart
 from analyzers.plateau import (
     InitialLevelDetector,
@@ -61,7 +61,7 @@ from analyzers.restarts import RestartDetector
 from analyzers.roles import Role, assign_roles
 from analyzers.series import Resume, RunSeries, Series, TagWrites, current_view, logging_interval, resume_steps
 from analyzers.spikes import LossSpikeDetector, SpikeState
-from analyzers.stream import StreamState, _hints, _of_states, _required
+from analyzers.stream import StreamState, field_types, of_states, required
 from analyzers.trend import DivergenceDetector, DivergenceState
 
 TAIL_POINTS = 4096  # points of each tag's current view the state keeps
@@ -229,9 +229,15 @@ def feed_run(
         for tag in writes:
             if tag not in state.tags:
                 state.tags[tag] = _new_tag(roles[tag], config)
+        for tag, (step, value) in views.items():
+            if len(step):
+                _summarise(state.tags[tag], step, value, config)
         closed: list[Finding] = []
-        for window in _windows(state, views, tail_points):
-            _feed_window(state, window, config, tail_points)
+        windows = list(_windows(state, views, tail_points))
+        complete: dict[str, set[str]] = {}
+        for window, fed in zip(windows, _feed_detectors(state, windows, config)):
+            _feed_window(state, window, fed, tail_points)
+            _anchor(state, config, complete)
             closed += _settle(state, config, tail_points)
         open_ = _emit(state, _cross(state, config), final=False)
     state.shown = [_key(f) for f in open_]
@@ -343,44 +349,139 @@ def _windows(state: RunState, views: dict[str, tuple[np.ndarray, np.ndarray]], t
         lo = hi
 
 
-def _feed_window(state: RunState, window: dict[str, tuple[np.ndarray, np.ndarray]], config: AnalysisConfig, tail_points: int) -> None:
+def _summarise(t: TagState, step: np.ndarray, value: np.ndarray, config: AnalysisConfig) -> None:
+    """What the health summary keeps of a tag's new points (nothing reads it between
+    windows: taken once per feed)."""
+    finite = np.isfinite(value)
+    fv, fs = (value, step) if finite.all() else (value[finite], step[finite])
+    if t.first_step < 0:
+        t.first_step = int(step[0])
+    if len(fv):
+        need = config.plateau.points - len(t.head)
+        if need > 0:
+            t.head = np.concatenate([t.head, fv[:need]])
+        i = int(np.argmin(fv))
+        if fv[i] < t.best:
+            t.best, t.best_step = float(fv[i]), int(fs[i])
+        t.peak = max(t.peak, float(fv.max()))
+        t.last_finite = float(fv[-1])
+    t.finite += len(fv)
+
+
+def _feed_window(
+    state: RunState, window: dict[str, tuple[np.ndarray, np.ndarray]], fed: dict[str, dict[str, Fed]], tail_points: int,
+) -> None:
     for tag, (step, value) in window.items():
         t = state.tags[tag]
-        for name, detector in _detectors(t.role, config).items():
-            new, done, still = detector.feed(t.detectors[name], step, value, tag)
-            t.detectors[name] = new
+        for name, (new, done, still) in fed[tag].items():
+            if new is not None:
+                t.detectors[name] = new
             t.open[name] = still
             state.kept += [Kept(name, tag, f) for f in done]
-        finite = np.isfinite(value)
-        fv, fs = value[finite], step[finite]
-        if t.first_step < 0:
-            t.first_step = int(step[0])
-        if len(fv):
-            need = config.plateau.points - len(t.head)
-            if need > 0:
-                t.head = np.concatenate([t.head, fv[:need]])
-            i = int(np.argmin(fv))
-            if fv[i] < t.best:
-                t.best, t.best_step = float(fv[i]), int(fs[i])
-            t.peak = max(t.peak, float(fv.max()))
-            t.last_finite = float(fv[-1])
         t.points += len(step)
-        t.finite += len(fv)
         t.last_step = int(step[-1])
         if t.role in _TAILED:
             t.step = np.concatenate([t.step, step])[-tail_points:]
             t.value = np.concatenate([t.value, value])[-tail_points:]
         state.points += len(step)
-    _anchor(state, config)
+
+
+Fed = tuple[Any, list[Finding], list[Finding]]  # a detector's state after a window (None: not needed), closed, open
+Piece = tuple[np.ndarray, np.ndarray]
+MAX_BLOCK = 64  # windows a quiet detector is fed at once
+
+
+def _unread(state: Any, value: np.ndarray) -> bool:
+    return True
+
+
+def _not_at_zero(state: GradNormState, value: np.ndarray) -> bool:
+    """A grad norm's state is read between windows only while it repeats 0 (a cause)."""
+    return state.stuck.value != 0 and not bool((value == 0).any())
+
+
+# Detectors whose states between windows no cross-tag step reads (given the state before
+# a stretch and its values): those may be fed a stretch of windows at once.
+_SKIPPABLE: dict[str, Callable[[Any, np.ndarray], bool]] = {
+    "nonfinite": _unread, "spike": _unread, "scale": _unread, "divergence": _unread, "initial": _unread,
+    "grad": _not_at_zero,
+}
+
+
+def _feed_detectors(state: RunState, windows: list[dict[str, Piece]], config: AnalysisConfig) -> list[dict[str, dict[str, Fed]]]:
+    """What each detector of each tag says after each window: per window, tag -> detector
+    -> (state, closed, open), as if fed window by window."""
+    out: list[dict[str, dict[str, Fed]]] = [{} for _ in windows]
+    for tag, t in state.tags.items():
+        pieces = [w.get(tag) for w in windows]
+        if not any(p is not None for p in pieces):
+            continue
+        for name, detector in _detectors(t.role, config).items():
+            skippable = _SKIPPABLE.get(name)
+            for k, result in enumerate(_feed_quietly(detector, t.detectors[name], not t.open.get(name), pieces, tag, skippable)):
+                if result is not None:
+                    out[k].setdefault(tag, {})[name] = result
+    return out
+
+
+def _feed_quietly(
+    detector: Any, state: Any, quiet: bool, pieces: list[Piece | None], tag: str,
+    skippable: Callable[[Any, np.ndarray], bool] | None,
+) -> list[Fed | None]:
+    """What a detector says after each window (None where the tag has no points), feeding
+    it whole stretches of quiet windows at once where its states between them are not read
+    (`skippable`; None: never): a detector's findings do not depend on how its series is cut, and a feed
+    costs about as much for 1,000 points as for 60,000, so a first scan of a long run costs
+    what a one-shot analysis does.
+
+    While nothing is open (`quiet`), a growing run of windows is fed at once from the
+    state before it.  If that finds nothing, each window of it found nothing: a finding
+    open at a window's end would still be open or closed at the run's (none is ever
+    withdrawn) and closed ones are the same however the series is cut.  If it finds
+    something, the windows ending before the first finding's start found nothing either,
+    and they are fed at once again to reach the state before it; the next window is fed
+    on its own, and window by window while a finding stays open.  The states between are
+    None."""
+    out: list[Fed | None] = [None] * len(pieces)
+    present = [k for k, p in enumerate(pieces) if p is not None]
+    i, block = 0, 1
+    while i < len(present):
+        span = present[i : i + (block if quiet and skippable else 1)]
+        step, value = _joined(pieces, span)
+        if len(span) > 1 and not skippable(state, value):  # type: ignore[misc]
+            span = span[:1]
+            step, value = _joined(pieces, span)
+        new, done, still = detector.feed(state, step, value, tag)
+        if len(span) > 1 and (done or still):
+            first = min(f.start_step for f in done + still)
+            span = [k for k in span if int(pieces[k][0][-1]) < first] or span[:1]  # type: ignore[index]
+            new, done, still = detector.feed(state, *_joined(pieces, span), tag)
+            block = 1
+        else:
+            block = min(2 * block, MAX_BLOCK)
+        for k in span[:-1]:
+            out[k] = (None, [], [])
+        out[span[-1]] = (new, done, still)
+        state, quiet, i = new, not still, i + len(span)
+    return out
+
+
+def _joined(pieces: list[Piece | None], span: list[int]) -> Piece:
+    """The windows `span` (indices into `pieces`, all present) as one piece."""
+    parts = [p for p in (pieces[k] for k in span) if p is not None]
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
 # -- anchors: the points an open incident began with --------------------------------------
 
 
-def _anchor(state: RunState, config: AnalysisConfig) -> None:
+def _anchor(state: RunState, config: AnalysisConfig, complete: dict[str, set[str]]) -> None:
     """Keep, on the loss tags, the points at the onset of each cause (LR or grad norm at
     zero: the loss level then) and of each eval rise (the train and eval losses at the best
-    evaluation), while the tails still hold them; drop those no incident needs."""
+    evaluation), while the tails still hold them; drop those no incident needs.
+    `complete`: per tag, the anchors seen complete during this feed (never taken again)."""
     size = config.plateau.level_points
     want: dict[str, dict[str, tuple[int, int, int]]] = {}  # tag -> name -> (step, back, fwd)
     train = [tag for tag, t in state.tags.items() if t.role is Role.LOSS]
@@ -395,6 +496,13 @@ def _anchor(state: RunState, config: AnalysisConfig) -> None:
     for tag, t in state.tags.items():
         wanted = want.get(tag, {})
         t.anchors = {k: v for k, v in t.anchors.items() if k in wanted}
+        done = complete.setdefault(tag, set())
+        done.intersection_update(wanted)  # one dropped now is taken again if wanted later
+        wanted = {k: w for k, w in wanted.items() if k not in done}
+        done.update(k for k, w in wanted.items() if _complete(t.anchors.get(k), w))
+        wanted = {k: w for k, w in wanted.items() if k not in done}
+        if not wanted:
+            continue
         finite = np.isfinite(t.value)
         s, v = t.step[finite], t.value[finite]
         whole = t.points <= len(t.step)
@@ -405,6 +513,16 @@ def _anchor(state: RunState, config: AnalysisConfig) -> None:
             a = max(0, int(np.searchsorted(s, at, side="right")) - back) if back else i
             b = min(len(s), i + fwd)
             t.anchors[name] = (s[a:b].copy(), v[a:b].copy())
+
+
+def _complete(anchor: tuple[np.ndarray, np.ndarray] | None, wanted: tuple[int, int, int]) -> bool:
+    """Whether an anchor taken already holds all `fwd` points from its step on: taking it
+    again from the tail would give the same points (those before its step were complete
+    when it was taken, or are all the series has)."""
+    if anchor is None:
+        return False
+    at, _, fwd = wanted
+    return len(anchor[0]) - int(np.searchsorted(anchor[0], at)) >= fwd
 
 
 @dataclass(frozen=True)
@@ -461,9 +579,13 @@ def _series(state: RunState, tag: str) -> Series:
 
 def _group(state: RunState, group: str) -> list[tuple[str, Finding]]:
     """A detector's findings, closed (in order) then open, tag by tag in the run's order."""
+    kept: dict[str, list[Finding]] = {}
+    for k in state.kept:  # one pass: up to MAX_KEPT, and this runs after every window
+        if k.group == group:
+            kept.setdefault(k.tag, []).append(k.finding)
     out = []
     for tag, t in state.tags.items():
-        out += [(tag, k.finding) for k in state.kept if k.group == group and k.tag == tag]
+        out += [(tag, f) for f in kept.get(tag, ())]
         out += [(tag, f) for f in t.open.get(group, [])]
     return out
 
@@ -482,7 +604,7 @@ def _cross(state: RunState, config: AnalysisConfig) -> list[Finding]:
     spikes = [f for tag, f in _group(state, "spike") if tag in losses]
     spikes.sort(key=lambda f: losses.index(f.tag))  # train losses first, as the batch path
     explosions = [f for _, f in _group(state, "grad")]
-    explosions, spikes = _join(explosions, spikes, config.incident_steps)
+    explosions, spikes = join_explosions(explosions, spikes, config.incident_steps)
     trends = _trends(state, config, series, by_role, spikes, explosions)
     spikes = [s for s in spikes if not overfitting_tells(s, trends)]
     fp16 = bool(by_role[Role.LOSS_SCALE])
@@ -490,8 +612,8 @@ def _cross(state: RunState, config: AnalysisConfig) -> list[Finding]:
     nonfinite = []
     for tag, f in _group(state, "nonfinite"):
         if f.severity is Severity.CRITICAL and tags[tag].role is Role.GRAD_NORM:
-            f = _hidden(f, series[tag], train)
-        nonfinite.append(_under_fp16(f) if fp16 and f.severity >= Severity.WARNING else f)
+            f = hidden_nan(f, series[tag], train)
+        nonfinite.append(under_fp16(f) if fp16 and f.severity >= Severity.WARNING else f)
     scale = [f for _, f in _group(state, "scale")]
     run = RunSeries(series, {}, ())
     restarts = []
@@ -517,7 +639,7 @@ def _trends(
     for s in train:
         past = [_past_spike(s.tag, start, fast) for start, fast in state.past_spikes.get(s.tag, [])]
         mine = [f for tag, f in _group(state, "divergence") if tag == s.tag]
-        found += [f for f in mine if not _explained(f, past + spikes)]
+        found += [f for f in mine if not explained_by_spike(f, past + spikes)]
         unmoved = [f for tag, f in _group(state, "initial") if tag == s.tag and not warming_up(lr, f)]
         found += merge_plateaus(unmoved + stalled_plateaus(s, causes, p))
     for tag in by_role[Role.EVAL_LOSS]:
@@ -529,7 +651,7 @@ def _trends(
 
 
 def _past_spike(tag: str, start: int, fast: bool) -> Finding:
-    """What `_explained` needs of a spike no longer kept: its tag, onset and class."""
+    """What `explained_by_spike` needs of a spike no longer kept: its tag, onset and class."""
     kind = SpikeClass.FAST_RECOVERING if fast else SpikeClass.SLOW_RECOVERING
     return Finding(Kind.LOSS_SPIKE, tag, Severity.INFO, start, "", "", classification=kind)
 
@@ -630,7 +752,7 @@ def _categories(f: Finding, losses: set[str]) -> list[str]:
     for kind, name in ((Kind.PLATEAU, "stalled"), (Kind.OVERFITTING, "overfitting")):
         if f.kind is kind and f.ongoing and f.severity >= Severity.WARNING:
             out.append(name)
-    if _unsettling(f):
+    if unsettling(f):
         out.append(f"unstable{int(f.severity)}")
     return out
 
@@ -642,9 +764,9 @@ def _order(f: Finding) -> tuple:
 def _tally(tally: HealthTally, f: Finding, state: RunState) -> None:
     losses = _loss_tags(state)
     for name in _categories(f, losses):
-        told = _told(f, "since" if name in ("diverged", "stalled", "overfitting") else "at")
+        said = told(f, "since" if name in ("diverged", "stalled", "overfitting") else "at")
         if name not in tally.first or _order(f) < tally.first[name][0]:
-            tally.first[name] = (_order(f), told)
+            tally.first[name] = (_order(f), said)
     if f.kind is not Kind.LOSS_SPIKE or f.tag not in losses:
         return
     tally.spikes += 1
@@ -767,17 +889,17 @@ def _detector_plain(x: Any, pack) -> Any:
 
 def _detector_state(cls: type, data: dict, unpack) -> Any:
     """The inverse of `_detector_plain`, typed by the state class's fields."""
-    hints = _hints(cls)
+    hints = field_types(cls)
     values = {}
     for f in fields(cls):
-        raw, hint = data[f.name], _required(hints[f.name])
+        raw, hint = data[f.name], required(hints[f.name])
         if raw is None:
             values[f.name] = None
         elif isinstance(hint, type) and issubclass(hint, StreamState):
             values[f.name] = _detector_state(hint, raw, unpack)
         elif isinstance(raw, dict) and "@" in raw:
             values[f.name] = unpack(raw["@"])
-        elif isinstance(raw, list) and _of_states(hint):
+        elif isinstance(raw, list) and of_states(hint):
             values[f.name] = tuple(_detector_state(typing.get_args(hint)[0], v, unpack) for v in raw)
         elif isinstance(raw, list):
             values[f.name] = tuple(raw)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from analyzers.baseline import median
 from analyzers.roles import Role, assign_roles
 
 
@@ -108,7 +109,7 @@ def logging_interval(steps: np.ndarray) -> int:
     """The typical gap between logged steps: the median positive difference."""
     gaps = np.diff(steps)
     gaps = gaps[gaps > 0]
-    return max(1, int(np.median(gaps))) if len(gaps) else 1
+    return max(1, int(median(gaps))) if len(gaps) else 1
 
 
 def prepare_series(tag: str, role: Role, writes: TagWrites, resume_to: Mapping[int, int]) -> Series:

@@ -46,7 +46,7 @@ def _number(x: Any) -> Any:
     return _NONFINITE.get(x, x) if isinstance(x, str) else x
 
 
-def _required(hint: Any) -> Any:
+def required(hint: Any) -> Any:
     """`X` of a field typed `X | None` (an open incident that may be absent), else the hint."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(hint) if a is not type(None)]
@@ -54,7 +54,7 @@ def _required(hint: Any) -> Any:
     return hint
 
 
-def _of_states(hint: Any) -> bool:
+def of_states(hint: Any) -> bool:
     """Whether a field is typed `tuple[SomeState, ...]` (the incidents a detector follows)."""
     args = typing.get_args(hint) if typing.get_origin(hint) is tuple else ()
     return bool(args) and isinstance(args[0], type) and issubclass(args[0], StreamState)
@@ -68,17 +68,17 @@ class StreamState:
 
     @classmethod
     def from_dict(cls: type[S], data: dict[str, Any]) -> S:
-        hints = _hints(cls)
+        hints = field_types(cls)
         values = {}
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-            raw, hint = data[f.name], _required(hints[f.name])
+            raw, hint = data[f.name], required(hints[f.name])
             if raw is None:
                 values[f.name] = None
             elif isinstance(hint, type) and issubclass(hint, StreamState):
                 values[f.name] = hint.from_dict(raw)
             elif isinstance(raw, dict) and "dtype" in raw:
                 values[f.name] = np.array([_number(v) for v in raw["values"]], dtype=np.dtype(raw["dtype"]))
-            elif isinstance(raw, list) and _of_states(hint):
+            elif isinstance(raw, list) and of_states(hint):
                 values[f.name] = tuple(typing.get_args(hint)[0].from_dict(v) for v in raw)
             elif isinstance(raw, list):
                 values[f.name] = tuple(_number(v) for v in raw)
@@ -88,7 +88,7 @@ class StreamState:
 
 
 @functools.cache
-def _hints(cls: type) -> dict[str, Any]:
+def field_types(cls: type) -> dict[str, Any]:
     """A state class's field types (evaluated once: the store loads states on every append)."""
     return typing.get_type_hints(cls)
 

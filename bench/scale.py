@@ -1,5 +1,6 @@
-"""What an analysis costs as runs grow (issue 11): the rescan of a stored run after +1,000
-steps and its peak RSS against the run's length T (8 tags), and a cron tick over many runs
+"""What an analysis costs as runs grow (issue 11): the first analysis of a stored run (the
+old one-shot path beside the streaming state built from zero), the rescan of a stored run
+after +1,000 steps and its peak RSS against the run's length T (8 tags), and a cron tick over many runs
 (+100 steps each); the old path (every stored point decompressed and the whole run
 re-analysed: `load_writes` + `assess_writes`) beside the streaming one (`app.incremental`:
 the saved state and the new writes only), in the same run, on SQLite.
@@ -7,6 +8,7 @@ the saved state and the new writes only), in the same run, on SQLite.
     .venv/bin/python bench/scale.py                 # T = 10k, 100k, 300k; 1,000 runs
     .venv/bin/python bench/scale.py --big           # T up to 10M (several minutes per size)
     .venv/bin/python bench/scale.py --runs 200 --sizes 10000,100000
+    .venv/bin/python bench/scale.py --sizes '' --runs 10000 --steps 1000   # the 10,000-run tick
 
 Each rescan is measured in a fresh process, so its peak RSS is its own; "baseline" is such
 a process that only imports and opens the store.
@@ -71,12 +73,26 @@ def grow(store, name: str, first: int, n: int, tags: tuple[str, ...], seed: int 
 
 
 def analyse(store, name: str) -> float:
-    """The analysis a scan runs after storing points (state saved): seconds."""
-    start = time.perf_counter()
+    """The analysis a scan runs after storing points (state saved): CPU seconds."""
+    start = time.process_time()
     with store.write() as conn:
         run = stored_runs.lock_run(conn, "bench", name, time.time())
         reassess(conn, run, AnalysisConfig(), (), time.time())
-    return time.perf_counter() - start
+    return time.process_time() - start
+
+
+def one_shot(store, name: str) -> float:
+    """The old path's analysis of the whole run (every point read, analysed at once, and
+    its alerts applied, rolled back after): CPU seconds."""
+    start = time.process_time()
+    with store.write() as conn:
+        run = stored_runs.lock_run(conn, "bench", name, time.time())
+        alerts, health = assess_writes(run.source, run.name, stored_runs.load_writes(conn, run.id),
+                                       stored_runs.load_resumes(conn, run.id))
+        apply(conn, run, Assessment(run.points, run.last_step, alerts, health=health.to_dict()), (), time.time())
+        seconds = time.process_time() - start
+        conn.rollback()
+    return seconds
 
 
 def _measure(url: str, name: str, how: str, out) -> None:
@@ -117,26 +133,35 @@ def measured(url: str, name: str, how: str) -> tuple[float, float, float]:
 
 
 def rescan_table(sizes: list[int], work: Path) -> None:
-    print("\nRescan after +1,000 steps (8 tags), SQLite; each in a fresh process")
-    print(f"{'T steps':>10} {'points':>11} {'first analysis s':>17} {'old s':>8} {'new ms':>8} {'new warm ms':>12}"
-          f" {'old RSS MB':>11} {'new RSS MB':>11}")
-    base = None
-    rows = []
+    print("\nFirst analysis of a stored run (8 tags), SQLite, in-process CPU s: the old one-shot path (read"
+          " every point, analyse at once, apply) and the streaming one building its state from zero (a first scan)")
+    print(f"{'T steps':>10} {'points':>11} {'one-shot CPU s':>15} {'first scan CPU s':>17} {'M points/CPU s':>15}")
+    firsts = []
     for t in sizes:
         url = f"sqlite:///{work}/scale-{t}.db"
         store = open_store(url)
+        print(f"storing {t:,} steps", file=sys.stderr, flush=True)
         grow(store, "r", 0, t, TAGS8)
+        old = one_shot(store, "r")
         first = analyse(store, "r")  # builds the streaming state (a first scan)
+        print(f"{t:>10,} {8 * t:>11,} {old:>15.2f} {first:>17.2f} {8 * t / first / 1e6:>15.1f}", flush=True)
         grow(store, "r", t, 1000, TAGS8, seed=1)
         store.close()
+        firsts.append(url)
+    print("\nRescan after +1,000 steps (8 tags), SQLite; each in a fresh process: its first call (a cron scan)"
+          " and the best of three (warm)")
+    print(f"{'T steps':>10} {'points':>11} {'old s':>8} {'new ms':>8} {'new warm ms':>12} {'old RSS MB':>11} {'new RSS MB':>11}")
+    base = None
+    rows = []
+    for t, url in zip(sizes, firsts):
         if base is None:
             base = measured(url, "r", "none")[2]
         old_s, _, old_rss = measured(url, "r", "old")
         new_s, new_warm, new_rss = measured(url, "r", "new")
         rows.append((t, new_warm))
-        print(f"{t:>10,} {8 * (t + 1000):>11,} {first:>17.2f} {old_s:>8.3f} {1000 * new_s:>8.1f} {1000 * new_warm:>12.1f}"
+        print(f"{t:>10,} {8 * (t + 1000):>11,} {old_s:>8.3f} {1000 * new_s:>8.1f} {1000 * new_warm:>12.1f}"
               f" {old_rss:>11.0f} {new_rss:>11.0f}", flush=True)
-        Path(f"{work}/scale-{t}.db").unlink()
+        Path(url.removeprefix("sqlite:///")).unlink()
     print(f"baseline process (imports, store open): {base:.0f} MB")
     if len(rows) > 1:
         (t0, s0), (t1, s1) = rows[0], rows[-1]
@@ -157,27 +182,31 @@ def tick(store, name: str, new: Points, how: str) -> None:
         apply(conn, run, Assessment(run.points, run.last_step, alerts, health=health.to_dict()), (), time.time())
 
 
-def cron_table(runs: int, work: Path) -> None:
-    print(f"\nCron tick: {runs:,} runs x 4 tags x 5,000 steps, +100 steps each, SQLite")
+def cron_table(runs: int, steps: int, work: Path) -> None:
+    print(f"\nCron tick: {runs:,} runs x 4 tags x {steps:,} steps, +100 steps each, SQLite, one process")
     url = f"sqlite:///{work}/cron.db"
     store = open_store(url)
     names = [f"run{i:05d}" for i in range(runs)]
     for i, name in enumerate(names):
-        grow(store, name, 0, 5000, TAGS4, seed=i)
+        if i % 1000 == 0:
+            print(f"storing runs {i:,}-{min(i + 1000, runs) - 1:,}", file=sys.stderr, flush=True)
+        grow(store, name, 0, steps, TAGS4, seed=i)
         analyse(store, name)
     store.close()
     shutil.copy(f"{work}/cron.db", f"{work}/cron-old.db")
     times = {}
     for how, path in (("new", "cron.db"), ("old", "cron-old.db")):
+        print(f"tick, {how} path", file=sys.stderr, flush=True)
         store = open_store(f"sqlite:///{work}/{path}")
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         for i, name in enumerate(names):
-            tick(store, name, points(5000, 100, TAGS4, i + 1), how)
-        times[how] = time.perf_counter() - start
+            tick(store, name, points(steps, 100, TAGS4, i + 1), how)
+        times[how] = (time.perf_counter() - start, time.process_time() - cpu)
         store.close()
-    print(f"{'path':>6} {'tick s':>8} {'per run ms':>11}")
+    print(f"{'path':>6} {'tick s':>8} {'CPU s':>8} {'per run ms':>11}")
     for how in ("old", "new"):
-        print(f"{how:>6} {times[how]:>8.2f} {1000 * times[how] / runs:>11.1f}")
+        wall, cpu = times[how]
+        print(f"{how:>6} {wall:>8.2f} {cpu:>8.2f} {1000 * wall / runs:>11.1f}")
 
 
 def main() -> None:
@@ -185,6 +214,7 @@ def main() -> None:
     parser.add_argument("--big", action="store_true", help="add T = 1M, 3M and 10M steps")
     parser.add_argument("--sizes", help="comma-separated T values (overrides the defaults; empty: no rescan table)")
     parser.add_argument("--runs", type=int, default=1000, help="runs in the cron tick (0: skip it)")
+    parser.add_argument("--steps", type=int, default=5000, help="steps of each run in the cron tick")
     args = parser.parse_args()
     sizes = [10_000, 100_000, 300_000] + ([1_000_000, 3_000_000, 10_000_000] if args.big else [])
     if args.sizes is not None:
@@ -193,7 +223,7 @@ def main() -> None:
         if sizes:
             rescan_table(sizes, Path(tmp))
         if args.runs:
-            cron_table(args.runs, Path(tmp))
+            cron_table(args.runs, args.steps, Path(tmp))
 
 
 if __name__ == "__main__":

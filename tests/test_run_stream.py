@@ -117,6 +117,22 @@ def test_a_short_tail_settles_findings_the_same_in_any_split(i, shares):
     assert run_health(state, open_).to_dict() == run_health(one_state, one_open).to_dict()
 
 
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, len(CORPUS) - 1))
+def test_a_first_feed_finds_what_appends_of_one_window_find(i):
+    """A big feed hands each detector whole quiet stretches at once and goes window by
+    window only around findings: it finds what appends of at most one window each (a tail
+    of 256 points: windows of 64) find, which feed every detector window by window."""
+    curve = CORPUS[i]
+    writes = curve.writes()
+    n = max(len(w.step) for w in writes.values())
+    shares = [k / n for k in range(64, n, 64)]
+    state, found, open_ = stream(writes, curve.resumes, shares, tail=256)
+    one_state, one_found, one_open = stream(writes, curve.resumes, [], tail=256)
+    assert _norm(one_found) == _norm(found)
+    assert run_health(one_state, one_open).to_dict() == run_health(state, open_).to_dict()
+
+
 def test_one_point_appends_find_what_one_shot_finds():
     curve = clean_curve(7, points=1200)
     plant_spike(curve, 1100, SpikeClass.FAST_RECOVERING, np.random.default_rng(7))

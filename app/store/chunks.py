@@ -22,16 +22,29 @@ def pack(step: np.ndarray, segment: np.ndarray, wall_time: np.ndarray, value: np
 
 def unpack(data: bytes, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(step, segment, wall_time, value) of a chunk of `count` points."""
+    step, segment, wall_time, value = _columns(data, count, with_wall_time=True)
+    return step, segment, wall_time, value  # type: ignore[return-value]
+
+
+def unpack_series(data: bytes, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(step, segment, value) of a chunk: what analysis reads (the wall times, a quarter of
+    the unshuffling, are left packed)."""
+    step, segment, _, value = _columns(data, count, with_wall_time=False)
+    return step, segment, value  # type: ignore[return-value]
+
+
+def _columns(data: bytes, count: int, with_wall_time: bool) -> list[np.ndarray | None]:
     if data[:1] != _VERSION:
         raise ValueError(f"unknown chunk format {data[:1]!r}")
     raw = zlib.decompress(data[1:])
-    out, at = [], 0
-    for _, dtype in _COLUMNS:
+    out: list[np.ndarray | None] = []
+    at = 0
+    for name, dtype in _COLUMNS:
         size = np.dtype(dtype).itemsize * count
-        out.append(_unshuffle(raw[at : at + size], dtype, count))
+        out.append(_unshuffle(raw[at : at + size], dtype, count) if with_wall_time or name != "wall_time" else None)
         at += size
-    step, segment, wall_time, value = out
-    return np.cumsum(step), segment, wall_time, value
+    out[0] = np.cumsum(out[0])
+    return out
 
 
 def _shuffle(a: np.ndarray) -> bytes:

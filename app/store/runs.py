@@ -159,11 +159,11 @@ def load_writes(conn: Connection, run_id: int) -> dict[str, TagWrites]:
     )
     parts: dict[str, list[tuple[np.ndarray, ...]]] = {}
     for name, count, data in conn.execute(query):
-        parts.setdefault(name, []).append(chunks.unpack(data, count))
+        parts.setdefault(name, []).append(chunks.unpack_series(data, count))
     return {
         name: TagWrites(
             step=np.concatenate([p[0] for p in pieces]),
-            value=np.concatenate([p[3] for p in pieces]),
+            value=np.concatenate([p[2] for p in pieces]),
             segment=np.concatenate([p[1] for p in pieces]),
         )
         for name, pieces in parts.items()

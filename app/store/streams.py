@@ -99,7 +99,7 @@ def new_writes(
         chunk_id, fed = positions.get(name, (0, 0))
         skip = fed if cid == chunk_id else 0
         if count > skip:
-            step, segment, _, value = chunks.unpack(data, count)
+            step, segment, value = chunks.unpack_series(data, count)
             pieces.setdefault(name, []).append((step[skip:], value[skip:], segment[skip:]))
         after[name] = (cid, count)
     return {name: _joined(pieces[name]) for name, _ in ids if name in pieces}, after
@@ -119,7 +119,7 @@ def writes_after(conn: Connection, run_id: int, fed: dict[str, int]) -> tuple[di
         )
         pieces = []
         for count, data in conn.execute(query):
-            step, segment, _, value = chunks.unpack(data, count)
+            step, segment, value = chunks.unpack_series(data, count)
             keep = step > after
             pieces.append((step[keep], value[keep], segment[keep]))
         last = conn.execute(

@@ -1,0 +1,75 @@
+"""Findings of different detectors that are one incident, shared by the one-shot analysis
+(`analyzers.analyze`) and the streaming one (`analyzers.runstream`): a grad-norm explosion
+and the loss spike it leads, a divergence a spike already accounts for, and an evaluation
+loss's spike an overfitting finding already tells."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from analyzers.findings import Finding, Kind, Severity, SpikeClass
+
+
+def join_explosions(explosions: list[Finding], spikes: list[Finding], lead: int) -> tuple[list[Finding], list[Finding]]:
+    """Pair each explosion with the loss spike starting at most `lead` steps after it (or
+    during it), and mark both; the explosion takes the spike's severity (clipping may have
+    absorbed it: a fast-recovering spike makes it informational)."""
+    spikes = list(spikes)
+    joined = []
+    for explosion in explosions:
+        if explosion.kind is not Kind.GRAD_NORM_EXPLOSION:
+            joined.append(explosion)
+            continue
+        start = explosion.start_step
+        near = [
+            (i, s) for i, s in enumerate(spikes)
+            if start - lead <= s.start_step <= max(start + lead, explosion.end_step or start)
+        ]
+        if not near:
+            joined.append(_absorbed(explosion) if explosion.evidence.get("points") == 1 and not explosion.ongoing else explosion)
+            continue
+        i, spike = min(near, key=lambda pair: abs(pair[1].start_step - start))
+        spikes[i] = replace(spike, evidence={**spike.evidence, "grad_norm_explosion_step": start, "grad_norm_ratio": explosion.ratio})
+        joined.append(
+            replace(
+                explosion,
+                severity=spike.severity,  # one incident: as serious as what the loss did
+                message=f"{explosion.message}; {spike.tag} spikes {spike.start_step - start:+d} steps later",
+                evidence={**explosion.evidence, "loss_spike_step": spike.start_step, "loss_spike_tag": spike.tag},
+            )
+        )
+    return joined, spikes
+
+
+def _absorbed(explosion: Finding) -> Finding:
+    """A one-point explosion no loss spike followed: clipping (or the optimizer) absorbed it."""
+    return replace(
+        explosion,
+        severity=Severity.INFO,
+        message=f"{explosion.message}; back at the next point and no loss spike followed",
+    )
+
+
+def explained_by_spike(divergence: Finding, spikes: list[Finding]) -> bool:
+    """A rise that a spike on the same tag already accounts for is not news: one still up
+    or gone divergent after the rise began, or, for a rise that came back, any spike
+    within it."""
+    end = divergence.end_step
+    return any(
+        s.tag == divergence.tag
+        and s.start_step >= divergence.start_step
+        and (s.classification is not SpikeClass.FAST_RECOVERING if end is None else s.start_step <= end)
+        for s in spikes
+    )
+
+
+def overfitting_tells(spike: Finding, trends: list[Finding]) -> bool:
+    """An evaluation loss's spike inside an overfitting finding of its tag (from the best
+    evaluation to where it ends) is that rise seen point by point: the overfitting alert,
+    which says where early stopping would have stopped, tells it (a Marian validation loss
+    rising 15% over 4 evaluations while its train loss falls)."""
+    return any(
+        f.kind is Kind.OVERFITTING and f.tag == spike.tag
+        and f.start_step <= spike.start_step <= (f.end_step if f.end_step is not None else spike.start_step)
+        for f in trends
+    )
