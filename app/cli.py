@@ -24,11 +24,11 @@ from app import scan as scanner
 from app.alerts import receivers, silences
 from app.alerts.webhooks import DeliveryConfig, longest_send
 from app.cli_help import HelpfulGroup
-from app.export import FORMATS, runs_frame, write_frame
+from app.export import FORMATS, RowWriter, runs_frame, stream_rows, write_frame
 from app.ingest.discover import LOOKED_FOR
 from app.ingest.problems import IngestError, Problem
 from app.ingest.sources import PathRead, read_path
-from app.ingest.streamed import stream_path
+from app.ingest.streamed import StreamedPath, stream_path
 from app.report import (
     merged_changes,
     open_alerts_markdown,
@@ -127,9 +127,19 @@ def export(path: str, fmt: str, output: str | None, current: bool, strict: bool,
             _fail("parquet export needs pyarrow: pip install 'losswatch[parquet]'")
         if output is None and sys.stdout.isatty():
             raise click.UsageError("parquet is binary: give -o FILE or redirect stdout")
-    frame = runs_frame(_read(path, strict, allow_empty).runs.values(), current=current)
-    with open(output, "wb") if output else contextlib.nullcontext(sys.stdout.buffer) as out:
-        write_frame(frame, fmt, out)
+    if current or strict:  # a later rollback hides earlier rows; strict writes nothing if anything is wrong
+        frame = runs_frame(_read(path, strict, allow_empty).runs.values(), current=current)
+        with open(output, "wb") if output else contextlib.nullcontext(sys.stdout.buffer) as out:
+            write_frame(frame, fmt, out)
+        return
+    streamed = _stream(path)
+    _report(streamed.problems)
+    with open(output, "wb") if output else contextlib.nullcontext(sys.stdout.buffer) as out, RowWriter(fmt, out) as writer:
+        rows = sum(stream_rows(source, writer, _report) for source in streamed.sources)
+        if not rows and not allow_empty:
+            _fail(no_runs(path))
+        if not rows:
+            writer.write(runs_frame([]))
 
 
 @main.command()
@@ -171,11 +181,7 @@ def _assess_path(path: str, config: AnalysisConfig, strict: bool, allow_empty: b
     """Every run under `path`, analysed as it is read.  Problems are reported as they are
     found (with `strict`, all of them at the end, and nothing else: exit 2).  A path that
     holds no run with a point is an input error unless `allow_empty`, as in `_read`."""
-    try:
-        streamed = stream_path(path)
-    except IngestError as e:
-        _report(e.problems)
-        sys.exit(EXIT_INPUT_ERROR)
+    streamed = _stream(path)
     problems = list(streamed.problems)
     report = problems.extend if strict else _report
     if not strict:
@@ -574,6 +580,15 @@ def _read(path: str, strict: bool, allow_empty: bool = False) -> PathRead:
     if not allow_empty and not any(len(run.points) for run in read.runs.values()):
         _fail(no_runs(path))
     return read
+
+
+def _stream(path: str) -> StreamedPath:
+    """The sources under `path`, to read as a stream; a path that cannot be read is an input error."""
+    try:
+        return stream_path(path)
+    except IngestError as e:
+        _report(e.problems)
+        sys.exit(EXIT_INPUT_ERROR)
 
 
 def no_runs(path: str) -> str:

@@ -22,7 +22,6 @@ import os
 import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import crc32c

@@ -53,6 +53,7 @@ class StreamSource:
     recognised: str
     batches: Callable[[], Iterator[Batch]]
     name: Callable[[str, list[str]], str] = lambda run, _runs: run
+    names_need_all: bool = False  # `name` depends on the other runs read
 
 
 @dataclass(frozen=True, eq=False)
@@ -96,6 +97,7 @@ def _source(source: Source, limits: Limits) -> StreamSource:
         what,
         lambda: _text_batches(source.files[0], source.name, limits, source.kind),
         lambda run, runs: text_run_names(source.name, runs)[run],
+        names_need_all=True,
     )
 
 
