@@ -654,15 +654,31 @@ def _read_row(reader: _Reader, run: _Run, row: dict, path: Path, line: int | Non
     wall_time = _optional_wall_time(reader, row, wall_key, path, line)
     if step is None or wall_time is None:
         return
-    for tag, raw, where in _metrics(row, path, "", 0):
-        value = _number(raw)
-        problem = None if tag in run.tags else _name_problem(tag, "tag")
-        if problem is not None:
-            reader.issue(problem, where, line)
-        elif value is None:
-            reader.issue(f"{_VALUE_RULE}, got {_show(raw)}", where, line)
-        else:
-            run.add(tag, step, wall_time, value)
+    tags, tag_of, steps, wall_times, values = run.tags, run.tag, run.step, run.wall_time, run.value
+    for key, raw in row.items():
+        # The common metric, checked inline (a long log has millions): a finite float under
+        # a tag already taken, which is then no step, wall-time or other excluded key.
+        if type(raw) is float and raw - raw == 0.0 and key in tags and key not in NOT_METRICS and not key.endswith(NOT_METRIC_SUFFIX):
+            tag_of.append(tags[key])
+            steps.append(step)
+            wall_times.append(wall_time)
+            values.append(raw)
+            continue
+        for tag, raw_value, where in _metrics({key: raw}, path, "", 0):
+            _read_metric(reader, run, tag, raw_value, where, line, step, wall_time)
+
+
+def _read_metric(
+    reader: _Reader, run: _Run, tag: str, raw: Any, where: Path, line: int | None, step: int, wall_time: float
+) -> None:
+    value = _number(raw)
+    problem = None if tag in run.tags else _name_problem(tag, "tag")
+    if problem is not None:
+        reader.issue(problem, where, line)
+    elif value is None:
+        reader.issue(f"{_VALUE_RULE}, got {_show(raw)}", where, line)
+    else:
+        run.add(tag, step, wall_time, value)
 
 
 def _first_present(row: dict, keys: tuple[str, ...]) -> str | None:
