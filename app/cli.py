@@ -24,10 +24,11 @@ from app import scan as scanner
 from app.alerts import receivers, silences
 from app.alerts.webhooks import DeliveryConfig, longest_send
 from app.cli_help import HelpfulGroup
-from app.export import FORMATS, runs_frame, write_frame
+from app.export import FORMATS, RowWriter, runs_frame, stream_rows, write_frame
 from app.ingest.discover import LOOKED_FOR
 from app.ingest.problems import IngestError, Problem
 from app.ingest.sources import PathRead, read_path
+from app.ingest.streamed import StreamedPath, stream_path
 from app.report import (
     merged_changes,
     open_alerts_markdown,
@@ -126,9 +127,19 @@ def export(path: str, fmt: str, output: str | None, current: bool, strict: bool,
             _fail("parquet export needs pyarrow: pip install 'losswatch[parquet]'")
         if output is None and sys.stdout.isatty():
             raise click.UsageError("parquet is binary: give -o FILE or redirect stdout")
-    frame = runs_frame(_read(path, strict, allow_empty).runs.values(), current=current)
-    with open(output, "wb") if output else contextlib.nullcontext(sys.stdout.buffer) as out:
-        write_frame(frame, fmt, out)
+    if current or strict:  # a later rollback hides earlier rows; strict writes nothing if anything is wrong
+        frame = runs_frame(_read(path, strict, allow_empty).runs.values(), current=current)
+        with open(output, "wb") if output else contextlib.nullcontext(sys.stdout.buffer) as out:
+            write_frame(frame, fmt, out)
+        return
+    streamed = _stream(path)
+    _report(streamed.problems)
+    with open(output, "wb") if output else contextlib.nullcontext(sys.stdout.buffer) as out, RowWriter(fmt, out) as writer:
+        rows = sum(stream_rows(source, writer, _report) for source in streamed.sources)
+        if not rows and not allow_empty:
+            _fail(no_runs(path))
+        if not rows:
+            writer.write(runs_frame([]))
 
 
 @main.command()
@@ -143,32 +154,50 @@ def export(path: str, fmt: str, output: str | None, current: bool, strict: bool,
 @_allow_empty_option
 def analyze(paths: tuple[str, ...], fmt: str, config_file: str | None, fail_on: str, strict: bool, allow_empty: bool) -> None:
     """Print every alert for every run under each PATH (logdir, event file, JSON/NDJSON/CSV
-    or trainer_state log).  Stateless: each call reads and analyses everything."""
+    or trainer_state log).  Stateless: each call reads and analyses everything, as it
+    reads: memory stays bounded whatever the runs' length."""
     config = _load_config(config_file)
-    reads = [(path, _read(path, strict, allow_empty)) for path in paths]
-    assessed, failed = [], 0
-    for path, read in reads:
-        for run in read.runs.values():
-            try:
-                run_alerts, health = analysis.assess_run(path, run, config)
-            except analysis.AnalysisFailed as e:  # reported; every other run is still analysed
-                click.echo(f"losswatch: {e}", err=True)
-                failed += 1
-                run_alerts, health = [], None
-            assessed.append((path, run, run_alerts, health))
-    alerts = [alert for *_, run_alerts, _ in assessed for alert in run_alerts]
+    assessed = [(path, run) for path in paths for run in _assess_path(path, config, strict, allow_empty)]
+    for _, run in assessed:
+        if run.error is not None:  # reported; every other run is still analysed
+            click.echo(f"losswatch: {run.error}", err=True)
+    alerts = [alert for _, run in assessed for alert in run.alerts]
     if fmt == "json":
-        click.echo(json.dumps({"runs": [{**_run_summary(p, r), "health": h.to_dict() if h else None} for p, r, _, h in assessed],
+        click.echo(json.dumps({"runs": [{**_run_summary(p, r), "health": r.health.to_dict() if r.health else None}
+                                        for p, r in assessed],
                                "alerts": [a.to_dict() for a in alerts]}, indent=2))
     else:
         click.echo(render_table(alerts, len(assessed)))
-        told = [(r.name, h) for _, r, _, h in assessed if h is not None]
+        told = [(r.name, r.health) for _, r in assessed if r.health is not None]
         if told:
             click.echo(render_health(told))
-    if failed:
+    if any(run.error is not None for _, run in assessed):
         sys.exit(EXIT_INPUT_ERROR)
     if fail_on != "never" and any(a.finding.severity >= Severity[fail_on.upper()] for a in alerts):
         sys.exit(EXIT_ALERTS)
+
+
+def _assess_path(path: str, config: AnalysisConfig, strict: bool, allow_empty: bool) -> list[analysis.RunAssessed]:
+    """Every run under `path`, analysed as it is read.  Problems are reported as they are
+    found (with `strict`, all of them at the end, and nothing else: exit 2).  A path that
+    holds no run with a point is an input error unless `allow_empty`, as in `_read`."""
+    streamed = _stream(path)
+    problems = list(streamed.problems)
+    report = problems.extend if strict else _report
+    if not strict:
+        _report(problems)
+    progress = _progress() if sys.stderr.isatty() else None
+    runs = []
+    for done, source in enumerate(streamed.sources, 1):
+        runs += analysis.assess_source(path, source, config, report)
+        if progress:
+            progress(done, len(streamed.sources))
+    if strict and problems:
+        _report(problems)
+        sys.exit(EXIT_INPUT_ERROR)
+    if not allow_empty and not any(run.points for run in runs):
+        _fail(no_runs(path))
+    return runs
 
 
 @main.command()
@@ -534,16 +563,8 @@ def _read_toml(path: str) -> dict:
     raise AssertionError("unreachable")
 
 
-def _run_summary(source: str, run) -> dict:
-    p = run.points
-    counts = np.bincount(p.tag, minlength=len(p.tags))
-    return {
-        "source": source,
-        "run": run.name,
-        "points": len(p),
-        "tags": [name for name, count in zip(p.tags, counts) if count],
-        "rollbacks": len(run.rollbacks),
-    }
+def _run_summary(source: str, run: analysis.RunAssessed) -> dict:
+    return {"source": source, "run": run.name, "points": run.points, "tags": run.tags, "rollbacks": run.rollbacks}
 
 
 def _read(path: str, strict: bool, allow_empty: bool = False) -> PathRead:
@@ -559,6 +580,15 @@ def _read(path: str, strict: bool, allow_empty: bool = False) -> PathRead:
     if not allow_empty and not any(len(run.points) for run in read.runs.values()):
         _fail(no_runs(path))
     return read
+
+
+def _stream(path: str) -> StreamedPath:
+    """The sources under `path`, to read as a stream; a path that cannot be read is an input error."""
+    try:
+        return stream_path(path)
+    except IngestError as e:
+        _report(e.problems)
+        sys.exit(EXIT_INPUT_ERROR)
 
 
 def no_runs(path: str) -> str:

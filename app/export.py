@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import IO
 
@@ -14,7 +14,9 @@ import pandas as pd
 from analyzers.series import current_view
 from app.ingest.logdir import Run
 from app.ingest.points import Points, json_number
+from app.ingest.problems import Problem
 from app.ingest.sources import read_path
+from app.ingest.streamed import StreamSource
 
 COLUMNS = ["run", "tag", "step", "wall_time", "value", "segment"]
 FORMATS = ("csv", "jsonl", "parquet")
@@ -61,14 +63,82 @@ def runs_frame(runs: Iterable[Run], *, current: bool = False) -> pd.DataFrame:
 def write_frame(frame: pd.DataFrame, fmt: str, out: IO[bytes]) -> None:
     """Write rows as CSV, JSON lines or Parquet.  Non-finite values survive each format:
     CSV writes nan/inf, JSON lines the strings "NaN"/"Infinity"/"-Infinity"."""
-    if fmt == "csv":
-        frame.to_csv(out, index=False, float_format=None, lineterminator="\n")
-    elif fmt == "jsonl":
-        _write_jsonl(frame, out)
-    elif fmt == "parquet":
-        frame.to_parquet(out, index=False)
-    else:
-        raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    with RowWriter(fmt, out) as writer:
+        writer.write(frame)
+
+
+def stream_rows(source: StreamSource, writer: RowWriter, report: Callable[[list[Problem]], None]) -> int:
+    """Write a source's points as they are read, a batch at a time (so memory follows the
+    batch, not the run), reporting problems as they come.  A text log with several runs
+    names them only once all are known: it is read twice.  Returns the rows written."""
+    runs = None
+    if source.names_need_all:
+        runs = list(dict.fromkeys(batch.run for batch in source.batches() if len(batch.points)))
+    rows = 0
+    for batch in source.batches():
+        report(batch.problems)
+        if len(batch.points):
+            writer.write(batch_frame(source.name(batch.run, runs or [batch.run]), batch.points, batch.segment))
+            rows += len(batch.points)
+    return rows
+
+
+def batch_frame(run: str, points: Points, segment: np.ndarray) -> pd.DataFrame:
+    """Long-form rows of one run's points."""
+    return pd.DataFrame(
+        {
+            "run": pd.Categorical.from_codes(np.zeros(len(points), np.int32), categories=[run]),
+            "tag": pd.Categorical.from_codes(points.tag, categories=list(points.tags)),
+            "step": points.step,
+            "wall_time": points.wall_time,
+            "value": points.value,
+            "segment": segment.astype(np.int32),
+        }
+    )
+
+
+class RowWriter:
+    """Rows written as they come, in one format (see `write_frame`): CSV has one header,
+    Parquet one row group per write, under one schema."""
+
+    def __init__(self, fmt: str, out: IO[bytes]) -> None:
+        if fmt not in FORMATS:
+            raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+        self.fmt, self.out = fmt, out
+        self.header = True
+        self.parquet = None
+
+    def write(self, frame: pd.DataFrame) -> None:
+        if self.fmt == "csv":
+            frame.to_csv(self.out, index=False, header=self.header, float_format=None, lineterminator="\n")
+        elif self.fmt == "jsonl":
+            _write_jsonl(frame, self.out)
+        else:
+            self._write_parquet(frame)
+        self.header = False
+
+    def close(self) -> None:
+        if self.fmt == "parquet":
+            if self.parquet is None:  # no rows: still a file with the columns
+                self._write_parquet(pd.DataFrame({c: pd.Series(dtype=t) for c, t in _EMPTY_DTYPES.items()}))
+            self.parquet.close()
+
+    def __enter__(self) -> RowWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _write_parquet(self, frame: pd.DataFrame) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        schema = pa.schema([("run", pa.dictionary(pa.int32(), pa.string())), ("tag", pa.dictionary(pa.int32(), pa.string())),
+                            ("step", pa.int64()), ("wall_time", pa.float64()), ("value", pa.float64()), ("segment", pa.int32())])
+        table = pa.Table.from_pandas(frame, preserve_index=False).cast(schema)
+        if self.parquet is None:
+            self.parquet = pq.ParquetWriter(self.out, table.schema)
+        self.parquet.write_table(table)
 
 
 _EMPTY_DTYPES = {"run": "category", "tag": "category", "step": "int64", "wall_time": "float64", "value": "float64", "segment": "int32"}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import crc32c
@@ -31,6 +31,7 @@ from app.ingest.problems import IngestError, Problem
 from app.ingest.restarts import SessionStart
 
 CHUNK_BYTES = 16 << 20  # bounds memory on multi-GB files; larger chunks gain nothing
+STREAM_CHUNK_BYTES = 4 << 20  # a streamed read's batch: about 80k points
 MAX_RECORD_BYTES = 256 << 20  # larger than any real event (graphs included): a corrupt length
 HEAD_BYTES = 4096  # the fingerprint covers this much of a file's start (or what was read of it)
 
@@ -94,7 +95,8 @@ def read_event_file(
                 return decoder.result(size=f.size, rewritten=why)
             decoder.reserve(max(0, f.size - offset))
             try:
-                _decode(f, decoder, chunk_bytes)
+                for _ in _decode(f, decoder, chunk_bytes):
+                    pass
             except ReadTimeout:
                 decoder.problems.append((decoder.pos, timed_out(timeout)))
                 return decoder.result(size=f.size, head=_fingerprint(start, decoder.pos), end=ReadEnd.TIMED_OUT)
@@ -103,12 +105,37 @@ def read_event_file(
     return decoder.result(size=f.size, head=_fingerprint(start, decoder.pos))
 
 
-def _decode(f: SafeFile, decoder: EventDecoder, chunk_bytes: int) -> None:
-    """Feed the file to the decoder in chunks, up to its size when opened."""
+def stream_event_file(
+    path: str, tags: _tfrecord.TagTable, chunk_bytes: int = STREAM_CHUNK_BYTES, *, timeout: float = READ_TIMEOUT
+) -> Iterator[EventFileRead]:
+    """The records of `path` as a sequence of reads of about `chunk_bytes` each, so that a
+    multi-GB file is analysed holding one chunk's points, never the file's.  Each read's
+    points (and `starts`) are the chunk's alone; its problems are the chunk's.  Raises
+    IngestError as `read_event_file` does."""
+    decoder = EventDecoder(path, 0, tags)
+    try:
+        with SafeFile(path, None, timeout, start_bytes=HEAD_BYTES, at=0) as f:
+            decoder.reserve(min(f.size, chunk_bytes))
+            try:
+                for _ in _decode(f, decoder, chunk_bytes):
+                    yield decoder.take(f.size)
+            except ReadTimeout:
+                decoder.problems.append((decoder.pos, timed_out(timeout)))
+                yield decoder.take(f.size, ReadEnd.TIMED_OUT)
+                return
+            yield decoder.take(f.size)  # how the read ended (nothing left to decode)
+    except ReadTimeout as e:
+        raise IngestError(Problem(path, timed_out(timeout))) from e
+
+
+def _decode(f: SafeFile, decoder: EventDecoder, chunk_bytes: int) -> Iterator[None]:
+    """Feed the file to the decoder in chunks, up to its size when opened, pausing after
+    each chunk."""
     size = chunk_bytes
     while decoder.pos < f.size:
         data = f.pread(min(size, f.size - decoder.pos), decoder.pos)
         consumed = decoder.feed(data)
+        yield
         if decoder.status == _tfrecord.CORRUPT or len(data) < size:
             break  # the end of the file as opened (or it shrank meanwhile)
         if consumed == 0:  # one record larger than the chunk
@@ -156,6 +183,13 @@ class EventDecoder:
         )
         self.pos += consumed
         return consumed
+
+    def take(self, size: int, end: ReadEnd | None = None) -> EventFileRead:
+        """What was decoded since the last `take`; the decoder then holds no points."""
+        read = self.result(size=size, end=end)
+        self.start, self.problems, self.starts = self.pos, [], []
+        self.columns = _tfrecord.Columns(max(1024, len(read.points)))
+        return read
 
     def result(
         self, size: int = -1, head: str | None = None, rewritten: str | None = None, end: ReadEnd | None = None

@@ -19,6 +19,7 @@ stops answering.  So:
 
 from __future__ import annotations
 
+import io
 import os
 import queue
 import stat
@@ -128,6 +129,31 @@ class SafeFile:
         except IngestError:
             self.close()
             raise
+
+
+class SafeStream(io.RawIOBase):
+    """A `SafeFile` read as a stream (up to its size when opened), for parsers that take a
+    file object: wrap it in `io.BufferedReader` so that each read of the file is large."""
+
+    def __init__(self, f: SafeFile) -> None:
+        super().__init__()
+        self.file, self.pos = f, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        self.pos = {os.SEEK_SET: 0, os.SEEK_CUR: self.pos, os.SEEK_END: self.file.size}[whence] + offset
+        return self.pos
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        data = self.file.pread(min(len(buffer), max(0, self.file.size - self.pos)), self.pos) if self.pos < self.file.size else b""
+        buffer[: len(data)] = data
+        self.pos += len(data)
+        return len(data)
 
 
 def bounded(fn: Callable[[], _T], timeout: float) -> _T:

@@ -96,10 +96,12 @@ import io
 import json
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
+import ijson
 import numpy as np
 
 from app.ingest.points import Points
@@ -114,6 +116,9 @@ NOT_METRICS = frozenset(
 )
 NOT_METRIC_SUFFIX = "_runtime"
 MAX_NESTING = 10
+BATCH_POINTS = 65536  # points a streamed read gathers before handing them on
+WHOLE_DOCUMENT_BYTES = 8 << 20  # a larger JSON list is streamed item by item
+DETECT_BYTES = 1 << 20  # a streamed read tells the format from this much of the start
 
 Path = tuple[str | int, ...]
 
@@ -164,8 +169,7 @@ def parse_text_log(
     curve; `strict` makes any problem fatal.  `fmt` names the format when content is ambiguous.
     Raises ValueError for an unknown `fmt` (a caller's mistake, not the input's).
     """
-    if fmt is not None and fmt not in FORMATS:
-        raise ValueError(f"unknown text log format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    _check_format(fmt)
     reader = _Reader(run or DEFAULT_RUN)
     text = _decode(reader, data)
     if _NONBLANK.search(text):
@@ -174,6 +178,51 @@ def parse_text_log(
     if strict and read.problems:
         raise IngestError(read.problems)
     return read
+
+
+def stream_text_log(
+    f: IO[bytes],
+    size: int,
+    *,
+    source: str,
+    run: str | None = None,
+    fmt: str | None = None,
+    batch_points: int = BATCH_POINTS,
+    whole_bytes: int = WHOLE_DOCUMENT_BYTES,
+) -> Iterator[TextLogRead]:
+    """`parse_text_log` of the `size` bytes of file `f`, read as it goes, so that a log of
+    any length is analysed holding about `batch_points` points: each read yielded holds the
+    points (runs in order of first appearance, their tags numbered as in the earlier reads)
+    and problems found since the one before.  NDJSON is read by line and CSV by row; a JSON
+    document of at most `whole_bytes` is read whole (as `parse_text_log` does), a larger
+    list item by item with an incremental parser (its problems then name a JSON path but
+    no line, and an invalid document keeps the records before the error).  A larger single
+    object (run document, trainer state) is read whole."""
+    _check_format(fmt)
+    head = f.read(DETECT_BYTES)
+    f.seek(0)
+    text = head.decode("utf-8", "replace").removeprefix("\ufeff")
+    if not _NONBLANK.search(text):
+        return
+    fmt = fmt or _detect(text, complete=size <= len(head))
+    if fmt in _LINE_READERS:
+        reader = _Reader(run or DEFAULT_RUN)
+        records = _LINE_READERS[fmt](reader, _text_lines(reader, f))
+    elif size > whole_bytes and fmt == "json" and text.lstrip(" \t\r\n").startswith("["):
+        reader = _Reader(run or DEFAULT_RUN)
+        records = _read_json_items(reader, f)
+    else:
+        yield parse_text_log(f.read(), source=source, run=run, fmt=fmt)
+        return
+    for count, _ in enumerate(records):
+        if count % 256 == 0 and reader.pending() >= batch_points:
+            yield reader.take(source)
+    yield reader.take(source)
+
+
+def _check_format(fmt: str | None) -> None:
+    if fmt is not None and fmt not in FORMATS:
+        raise ValueError(f"unknown text log format {fmt!r}; expected one of {', '.join(FORMATS)}")
 
 
 # --- state of one parse ----------------------------------------------------------------------
@@ -206,6 +255,12 @@ class _Run:
             value=np.array(self.value, np.float64),
         )
 
+    def take(self) -> Points:
+        """The points added since the last `take` (tags keep their numbers)."""
+        points = self.points()
+        self.tag, self.step, self.wall_time, self.value = [], [], [], []
+        return points
+
 
 @dataclass
 class _Issue:
@@ -234,8 +289,20 @@ class _Reader:
     def issue(self, reason: str, path: Path | None, line: int | None) -> None:
         self.issues.append(_Issue(reason, path, line))
 
+    def pending(self) -> int:
+        return sum(len(run.step) for run in self.runs.values())
+
+    def take(self, source: str) -> TextLogRead:
+        """What was read since the last `take`: runs with new points, and new problems."""
+        problems = self.problems(source)
+        self.issues = []
+        return TextLogRead({name: run.take() for name, run in self.runs.items() if run.step}, problems)
+
     def result(self, source: str) -> TextLogRead:
-        problems = [
+        return TextLogRead({name: run.points() for name, run in self.runs.items()}, self.problems(source))
+
+    def problems(self, source: str) -> list[Problem]:
+        return [
             Problem(
                 source,
                 issue.reason,
@@ -245,7 +312,6 @@ class _Reader:
             )
             for issue in self.issues
         ]
-        return TextLogRead({name: run.points() for name, run in self.runs.items()}, problems)
 
 
 def _decode(reader: _Reader, data: bytes | str) -> str:
@@ -260,14 +326,33 @@ def _decode(reader: _Reader, data: bytes | str) -> str:
     return data.removeprefix("\ufeff")
 
 
-def _detect(text: str) -> str:
+def _detect(text: str, complete: bool = True) -> str:
+    """The format of a text (see the module); of its start only when not `complete`, where
+    more lines are taken to follow a first line that ends within it."""
     begin = _WHITESPACE.match(text).end()
     if text[begin] not in "{[":
         return "csv"
     newline = text.find("\n", begin)
-    if newline != -1 and _NONBLANK.search(text, newline) and _is_json(text[begin:newline]):
+    more = not complete or _NONBLANK.search(text, newline)
+    if newline != -1 and more and _is_json(text[begin:newline]):
         return "ndjson"
     return "json"
+
+
+def _text_lines(reader: _Reader, f: IO[bytes]) -> Iterator[str]:
+    """The lines of a file, newline kept, decoded as `_decode` decodes a whole text: the
+    first bad UTF-8 is one problem and the rest is still read."""
+    offset, reported = 0, False
+    for number, raw in enumerate(f, 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            if not reported:
+                reader.issues.append(_Issue("invalid UTF-8", None, number, offset=offset + error.start))
+                reported = True
+            line = raw.decode("utf-8", errors="surrogateescape")
+        offset += len(raw)
+        yield line.removeprefix("\ufeff") if number == 1 else line
 
 
 def _is_json(line: str) -> bool:
@@ -308,15 +393,26 @@ def _read_document(
 
 
 def _read_ndjson(reader: _Reader, text: str) -> None:
-    for number, line in enumerate(text.split("\n"), 1):
-        if line.strip(_JSON_SPACE):
-            document = _load_line(reader, line, number)
+    deque(_ndjson_records(reader, text.split("\n")), 0)
+
+
+def _ndjson_records(reader: _Reader, lines: Iterable[str]) -> Iterator[None]:
+    """Read JSON lines (a trailing newline is JSON whitespace), pausing after each."""
+    for number, line in enumerate(lines, 1):
+        if line.strip(_JSON_SPACE + "\n"):
+            document = _load_line(reader, line.rstrip("\n"), number)
             if document is not _INVALID:
                 _read_top(reader, document, number)
+        yield
 
 
 def _read_csv(reader: _Reader, text: str) -> None:
-    rows = _csv_rows(reader, text)
+    deque(_csv_records(reader, io.StringIO(text, newline="")), 0)
+
+
+def _csv_records(reader: _Reader, lines: Iterable[str]) -> Iterator[None]:
+    """Read CSV rows (`lines` keep their line ends), pausing after each."""
+    rows = _csv_rows(reader, lines)
     header_line, header = next(rows, (1, []))
     columns = _csv_columns(reader, header, header_line)
     if not any(name in STEP_KEYS for _, name in columns):
@@ -328,6 +424,18 @@ def _read_csv(reader: _Reader, text: str) -> None:
             continue
         row = {name: cell for i, name in columns if (cell := cells[i].strip())}
         _read_row_record(reader, row, (), line)
+        yield
+
+
+def _read_json_items(reader: _Reader, f: IO[bytes]) -> Iterator[None]:
+    """The records of a JSON list, one item at a time (ijson's C parser when built)."""
+    items = ijson.items(f, "item", use_float=True)
+    try:
+        for index, record in enumerate(items):
+            _read_record(reader, record, (index,), None)
+            yield
+    except ijson.JSONError as error:
+        reader.issue(f"invalid JSON: {error}", None, None)
 
 
 _READERS: dict[str, Callable[[_Reader, str], None]] = {
@@ -335,6 +443,10 @@ _READERS: dict[str, Callable[[_Reader, str], None]] = {
     "trainer_state": _read_trainer_state_file,
     "ndjson": _read_ndjson,
     "csv": _read_csv,
+}
+_LINE_READERS: dict[str, Callable[[_Reader, Iterable[str]], Iterator[None]]] = {
+    "ndjson": _ndjson_records,
+    "csv": _csv_records,
 }
 
 
@@ -372,10 +484,10 @@ def _invalid_json(error: ValueError | RecursionError) -> str:
     return "invalid JSON: number too long"
 
 
-def _csv_rows(reader: _Reader, text: str) -> Iterator[tuple[int, list[str]]]:
+def _csv_rows(reader: _Reader, lines: Iterable[str]) -> Iterator[tuple[int, list[str]]]:
     """Non-blank rows with the line each starts on (a quoted cell may span lines); a row the
     csv module rejects is a problem, not the end of the file."""
-    rows = csv.reader(io.StringIO(text, newline=""))
+    rows = csv.reader(lines)
     end = 0
     while True:
         start = end + 1
@@ -542,15 +654,31 @@ def _read_row(reader: _Reader, run: _Run, row: dict, path: Path, line: int | Non
     wall_time = _optional_wall_time(reader, row, wall_key, path, line)
     if step is None or wall_time is None:
         return
-    for tag, raw, where in _metrics(row, path, "", 0):
-        value = _number(raw)
-        problem = None if tag in run.tags else _name_problem(tag, "tag")
-        if problem is not None:
-            reader.issue(problem, where, line)
-        elif value is None:
-            reader.issue(f"{_VALUE_RULE}, got {_show(raw)}", where, line)
-        else:
-            run.add(tag, step, wall_time, value)
+    tags, tag_of, steps, wall_times, values = run.tags, run.tag, run.step, run.wall_time, run.value
+    for key, raw in row.items():
+        # The common metric, checked inline (a long log has millions): a finite float under
+        # a tag already taken, which is then no step, wall-time or other excluded key.
+        if type(raw) is float and raw - raw == 0.0 and key in tags and key not in NOT_METRICS and not key.endswith(NOT_METRIC_SUFFIX):
+            tag_of.append(tags[key])
+            steps.append(step)
+            wall_times.append(wall_time)
+            values.append(raw)
+            continue
+        for tag, raw_value, where in _metrics({key: raw}, path, "", 0):
+            _read_metric(reader, run, tag, raw_value, where, line, step, wall_time)
+
+
+def _read_metric(
+    reader: _Reader, run: _Run, tag: str, raw: Any, where: Path, line: int | None, step: int, wall_time: float
+) -> None:
+    value = _number(raw)
+    problem = None if tag in run.tags else _name_problem(tag, "tag")
+    if problem is not None:
+        reader.issue(problem, where, line)
+    elif value is None:
+        reader.issue(f"{_VALUE_RULE}, got {_show(raw)}", where, line)
+    else:
+        run.add(tag, step, wall_time, value)
 
 
 def _first_present(row: dict, keys: tuple[str, ...]) -> str | None:
