@@ -18,6 +18,7 @@ from app.ingest.restarts import Rollback, SegmentState
 from app.store import chunks, streams
 from app.store.schema import alerts, files, rollbacks, runs, tags
 from app.store.schema import chunks as chunk_table
+from app.store.summaries import summary_columns
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,7 @@ def _chunk_row(tag_id: int, step: np.ndarray, segment: np.ndarray, wall_time: np
         "first_step": int(step.min()),
         "last_step": int(step.max()),
         "data": chunks.pack(step, segment, wall_time, value),
+        **summary_columns(step, segment, wall_time, value),
     }
 
 
@@ -276,12 +278,17 @@ def load_tag_writes(conn: Connection, run_id: int, tag: str, from_step: int | No
 
 @dataclass(frozen=True)
 class ChunkSpan:
-    """Where one stored chunk of a tag's writes lies, without its data."""
+    """Where one stored chunk of a tag's writes lies, and what its summary columns say,
+    without its data."""
 
     id: int
     count: int
     first_step: int
     last_step: int
+    ordered: bool = False
+    min_segment: int | None = None
+    nonfinite: int | None = None
+    summarized: bool = False  # its per-block summary is stored (app/store/summaries.py)
 
 
 def tag_chunks(conn: Connection, run_id: int, tag: str, start: int | None, end: int | None) -> list[ChunkSpan] | None:
@@ -290,14 +297,18 @@ def tag_chunks(conn: Connection, run_id: int, tag: str, start: int | None, end: 
     tag_id = conn.execute(sa.select(tags.c.id).where(tags.c.run_id == run_id, tags.c.name == tag)).scalar()
     if tag_id is None:
         return None
-    query = sa.select(chunk_table.c.id, chunk_table.c.count, chunk_table.c.first_step, chunk_table.c.last_step).where(
-        chunk_table.c.tag_id == tag_id
-    )
+    query = sa.select(
+        chunk_table.c.id, chunk_table.c.count, chunk_table.c.first_step, chunk_table.c.last_step,
+        chunk_table.c.ordered == 1, chunk_table.c.min_segment, chunk_table.c.nonfinite, chunk_table.c.blocks.is_not(None),
+    ).where(chunk_table.c.tag_id == tag_id)
     if start is not None:
         query = query.where(chunk_table.c.last_step >= start)
     if end is not None:
         query = query.where(chunk_table.c.first_step <= end)
-    return [ChunkSpan(*row) for row in conn.execute(query.order_by(chunk_table.c.id))]
+    return [
+        ChunkSpan(i, n, first, last, bool(ordered), low, bad, bool(summarized))
+        for i, n, first, last, ordered, low, bad, summarized in conn.execute(query.order_by(chunk_table.c.id))
+    ]
 
 
 SERIES_BATCH = 8  # chunks fetched per query while walking a tag: a few MB at most

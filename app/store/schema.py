@@ -62,6 +62,12 @@ chunks = Table(
     Column("first_step", BigInteger, nullable=False),
     Column("last_step", BigInteger, nullable=False),
     Column("data", LargeBinary, nullable=False),
+    # What a read answers without decompressing `data` (app/store/summaries.py); NULL only
+    # while migration 0012 fills them in.
+    Column("ordered", Integer),  # 1: steps strictly increase in write order
+    Column("min_segment", Integer),  # the lowest segment of its writes (a resume may hide them)
+    Column("nonfinite", Integer),  # how many of its values are NaN or +-Inf
+    Column("blocks", LargeBinary),  # per block of writes: extremes, ends, non-finite points
     Index("ix_chunks_tag", "tag_id", "id"),
 )
 
