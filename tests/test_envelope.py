@@ -226,6 +226,32 @@ def assert_draws_the_same(sketch, full, step, value, spikes):
         assert np.all(mine[1:-1] <= exact[1:-1]) and np.all(exact[1:-1] <= around)
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    values=st.lists(st.one_of(st.floats(-5, 5), st.sampled_from([np.nan, np.inf, -np.inf, 1.0])), min_size=1, max_size=200),
+    block=st.integers(1, 40),
+)
+def test_each_block_summary_is_what_its_points_say(values, block):
+    value = np.array(values)
+    step, wall = np.arange(len(value)) * 2 - 50, np.arange(len(value)) + 0.5
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(summaries, "BLOCK", block)
+        got = summaries.unpack_blocks(summaries.summary_columns(step, np.zeros(len(step), np.int32), wall, value)["blocks"])
+    assert len(got) == -(-len(value) // block)
+    for row, at in zip(got, range(0, len(value), block)):
+        v, s, w = value[at : at + block], step[at : at + block], wall[at : at + block]
+        finite, bad = np.flatnonzero(np.isfinite(v)), np.flatnonzero(~np.isfinite(v))
+        assert (row["first_step"], row["last_step"], row["count"], row["nonfinite"]) == (s[0], s[-1], len(v), len(bad))
+        assert (row["first_wall"], row["last_wall"]) == (w[0], w[-1])
+        if len(finite):
+            low, high = finite[np.argmin(v[finite])], finite[np.argmax(v[finite])]  # the first of equals
+            assert (row["min_step"], row["min_value"], row["min_wall"]) == (s[low], v[low], w[low])
+            assert (row["max_step"], row["max_value"], row["max_wall"]) == (s[high], v[high], w[high])
+        if len(bad):
+            assert (row["nf_step"], row["nf_wall"], row["nf_last_step"], row["nf_last_wall"]) == (s[bad[0]], w[bad[0]], s[bad[-1]], w[bad[-1]])
+            assert np.array_equal([row["nf_value"], row["nf_last_value"]], v[[bad[0], bad[-1]]], equal_nan=True)
+
+
 def test_migration_0012_fills_in_the_summaries_of_stored_chunks(store_url):
     """A store at 0011 with more chunks than one backfill batch: each gets the summary its
     points give, as a chunk written today would."""

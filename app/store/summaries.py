@@ -51,17 +51,23 @@ def block_summaries(step: np.ndarray, wall: np.ndarray, value: np.ndarray) -> np
     out["count"] = ends - starts + 1
     finite = np.isfinite(value)
     for name, ranked in (("min", np.where(finite, value, np.inf)), ("max", np.where(finite, -value, np.inf))):
-        at = _first_best(ranked, starts)
-        has = finite[at]  # a block with no finite value has +inf as its best
-        out[f"{name}_step"] = step[at]
-        out[f"{name}_value"], out[f"{name}_wall"] = np.where(has, value[at], np.nan), wall[at]
-    out["nonfinite"] = np.add.reduceat((~finite).astype(np.int64), starts)
-    first_bad = _first_best(finite.astype(np.float64), starts)  # 0 ranks before 1
-    last_bad = n - 1 - _first_best(finite[::-1].astype(np.float64), _reversed_starts(starts, n))[::-1]
+        at = starts + np.argmin(_blocked(ranked, np.inf), axis=1)  # the first of equals; +inf: no finite value
+        out[f"{name}_step"], out[f"{name}_value"], out[f"{name}_wall"] = step[at], np.where(finite[at], value[at], np.nan), wall[at]
+    bad = _blocked(~finite, False)
+    out["nonfinite"] = bad.sum(axis=1)
+    first_bad, last_bad = starts + np.argmax(bad, axis=1), starts + BLOCK - 1 - np.argmax(bad[:, ::-1], axis=1)
+    last_bad = np.minimum(last_bad, n - 1)  # a block without any: a real point, never read
     out["nf_step"], out["nf_value"], out["nf_wall"] = step[first_bad], value[first_bad], wall[first_bad]
-    out["nf_last_step"] = step[last_bad]
-    out["nf_last_value"], out["nf_last_wall"] = value[last_bad], wall[last_bad]
+    out["nf_last_step"], out["nf_last_value"], out["nf_last_wall"] = step[last_bad], value[last_bad], wall[last_bad]
     return out
+
+
+def _blocked(a: np.ndarray, fill) -> np.ndarray:
+    """`a` as rows of BLOCK, the last padded with `fill`."""
+    rows = -(-len(a) // BLOCK)
+    padded = np.full(rows * BLOCK, fill, a.dtype)
+    padded[: len(a)] = a
+    return padded.reshape(rows, BLOCK)
 
 
 def pack_blocks(blocks: np.ndarray) -> bytes:
@@ -72,18 +78,3 @@ def unpack_blocks(data: bytes) -> np.ndarray:
     if data[:1] != _VERSION:
         raise ValueError(f"unknown chunk summary format {data[:1]!r}")
     return np.frombuffer(zlib.decompress(data[1:]), BLOCK_DTYPE)
-
-
-def _first_best(rank: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Position of the lowest rank of each block (blocks start at `starts`), the first of equals."""
-    counts = np.diff(np.append(starts, len(rank)))
-    lowest = np.repeat(np.minimum.reduceat(rank, starts), counts)
-    hits = np.flatnonzero(rank == lowest)
-    block = np.searchsorted(starts, hits, side="right") - 1
-    return hits[np.flatnonzero(np.diff(block, prepend=-1))]
-
-
-def _reversed_starts(starts: np.ndarray, n: int) -> np.ndarray:
-    """Where the same blocks start in the reversed array."""
-    ends = np.minimum(starts + BLOCK, n) - 1
-    return np.sort(n - 1 - ends)
