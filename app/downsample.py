@@ -86,15 +86,12 @@ class MinMaxSketch:
                 self._all = None
         self._offer(key, step, value, extra, collect_nonfinite=True)
 
-    def add_summary(self, key: np.ndarray, step: np.ndarray, value: np.ndarray, extra: np.ndarray, count: int,
-                    nonfinite: int) -> None:
-        """Take `count` points of the series (`nonfinite` of them not finite) that are not
-        given, through some of them: at least, for each fine bucket they reach, their lowest
-        and their highest finite point and their first non-finite one, and their points of
-        lowest and highest key (what `app.store.summaries` keeps of a chunk).  The result is
-        then the same as if every point had been added, provided that the series has more
-        than `max_points` points and, when `nonfinite` > 0, more than `max_points // 4`
-        non-finite ones (all of them would be kept): a ValueError says when it has not."""
+    def add_summary(self, count: int, nonfinite: int) -> None:
+        """Count `count` points of the series (`nonfinite` of them not finite) that are not
+        added but stand in through some of them, given to `add_standing` (what
+        `app.store.summaries` keeps of a chunk).  Only for a series of more than `max_points`
+        points and, when `nonfinite` > 0, of more than `max_points // 4` non-finite ones,
+        for otherwise each of them would be kept: a ValueError says when it is not so."""
         self.count += count
         self.nonfinite += nonfinite
         self._all = None
@@ -104,6 +101,13 @@ class MinMaxSketch:
             if self.nonfinite <= self.max_points // 4:
                 raise ValueError(f"a summary stands for {self.nonfinite} non-finite points, each of which is kept")
             self._all_nonfinite = None
+
+    def add_standing(self, key: np.ndarray, step: np.ndarray, value: np.ndarray, extra: np.ndarray) -> None:
+        """Offer points already counted by `add_summary`: the result is the one every point
+        would give for each fine bucket given its lowest and highest finite point and its
+        first non-finite one, and the points of lowest and highest key."""
+        if self._all is not None:
+            raise ValueError("standing points come after add_summary counted what they stand for")
         key, step, value = np.asarray(key, np.int64), np.asarray(step, np.int64), np.asarray(value, np.float64)
         self._offer(key, step, value, np.asarray(extra, np.float64), collect_nonfinite=False)
 

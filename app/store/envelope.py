@@ -25,7 +25,7 @@ tests/test_envelope.py checks all of this against a read of every point."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,7 +38,7 @@ from app.store.runs import ChunkSpan, current_points
 from app.store.schema import chunks as chunk_table
 from app.store.summaries import unpack_blocks
 
-_FETCH = 500  # summaries fetched per query (a few KB each)
+_FETCH = 64  # summaries fetched per query (a few KB each)
 
 
 @dataclass(frozen=True)
@@ -58,28 +58,24 @@ def downsampled_series(
     through a MinMaxSketch of `max_points`, steps as keys and wall times as extras."""
     first, last = min((s.first_step for s in spans), default=0), max((s.last_step for s in spans), default=0)
     sketch = MinMaxSketch(first if start is None else max(first, start), last if end is None else min(last, end), max_points)
-    summarized = _summarizable(conn, spans, start, end, resume_to, sketch)
-    rest = [s for s in spans if s.id not in summarized]
+    summarized = _summarizable(conn, _current_whole(spans, start, end, resume_to), sketch)
+    ids = {s.id for s in summarized}
+    rest = [s for s in spans if s.id not in ids]
     for step, value, wall in current_points(conn, rest, start, end, resume_to, wall_time=True):
         sketch.add(step, step, value, wall)
     if summarized:
-        blocks = np.concatenate(list(summarized.values()))
-        step, value, wall = _standing_points(blocks)
-        nonfinite = sum(s.nonfinite or 0 for s in spans if s.id in summarized)
-        sketch.add_summary(step, step, value, wall, int(blocks["count"].sum()), nonfinite)
+        sketch.add_summary(sum(s.count for s in summarized), sum(s.nonfinite for s in summarized))
+        for _, blocks in _blocks_of(conn, [s.id for s in summarized]):
+            step, value, wall = _standing_points(blocks)
+            sketch.add_standing(step, step, value, wall)
     return Downsampled(sketch, len(rest), len(summarized))
 
 
-def _summarizable(
-    conn: Connection, spans: list[ChunkSpan], start: int | None, end: int | None, resume_to: Mapping[int, int],
-    sketch: MinMaxSketch,
-) -> dict[int, np.ndarray]:
-    """Chunk id -> its blocks, of the chunks to be answered from their summaries."""
-    candidates = _current_whole(spans, start, end, resume_to)
+def _summarizable(conn: Connection, candidates: list[ChunkSpan], sketch: MinMaxSketch) -> list[ChunkSpan]:
+    """The chunks of `candidates` to be answered from their summaries."""
     if sum(s.count for s in candidates) <= sketch.max_points:
-        return {}  # every point is kept: nothing to summarise
-    blocks = _load_blocks(conn, [s.id for s in candidates])
-    within = {i: b for i, b in blocks.items() if np.all(np.diff(sketch.bucket(_ends(b)), axis=0) <= 1)}
+        return []  # every point is kept: nothing to summarise
+    within = {i for i, b in _blocks_of(conn, [s.id for s in candidates]) if np.all(np.diff(sketch.bucket(_ends(b)), axis=0) <= 1)}
     chosen = [s for s in candidates if s.id in within]
     while chosen:
         nonfinite = sum(s.nonfinite for s in chosen)
@@ -89,7 +85,7 @@ def _summarizable(
         if sum(s.count for s in chosen) <= sketch.max_points:
             chosen = []
         break
-    return {s.id: within[s.id] for s in chosen}
+    return chosen
 
 
 def _current_whole(spans: list[ChunkSpan], start: int | None, end: int | None, resume_to: Mapping[int, int]) -> list[ChunkSpan]:
@@ -116,12 +112,12 @@ def _current_whole(spans: list[ChunkSpan], start: int | None, end: int | None, r
     return [s for s, good in zip(spans, ok) if good and s.summarized and s.ordered and s.min_segment is not None]
 
 
-def _load_blocks(conn: Connection, ids: list[int]) -> dict[int, np.ndarray]:
-    out = {}
+def _blocks_of(conn: Connection, ids: list[int]) -> Iterator[tuple[int, np.ndarray]]:
+    """(chunk id, its blocks) of each chunk, fetched a few at a time: memory stays flat."""
     for at in range(0, len(ids), _FETCH):
         query = sa.select(chunk_table.c.id, chunk_table.c.blocks).where(chunk_table.c.id.in_(ids[at : at + _FETCH]))
-        out.update((i, unpack_blocks(data)) for i, data in conn.execute(query))
-    return out
+        for i, data in conn.execute(query):
+            yield i, unpack_blocks(data)
 
 
 def _ends(blocks: np.ndarray) -> np.ndarray:
