@@ -35,7 +35,7 @@ from sqlalchemy.engine import Connection
 from analyzers.series import hidden_by_resumes
 from app.downsample import MinMaxSketch
 from app.store.runs import ChunkSpan, current_points
-from app.store.schema import chunks as chunk_table
+from app.store.schema import chunk_summaries
 from app.store.summaries import unpack_blocks
 
 _FETCH = 64  # summaries fetched per query (a few KB each)
@@ -65,8 +65,8 @@ def downsampled_series(
         sketch.add(step, step, value, wall)
     if summarized:
         sketch.add_summary(sum(s.count for s in summarized), sum(s.nonfinite for s in summarized))
-        for _, blocks in _blocks_of(conn, [s.id for s in summarized]):
-            step, value, wall = _standing_points(blocks)
+        for batch in _block_batches(conn, [s.id for s in summarized]):
+            step, value, wall = _standing_points(np.concatenate(list(batch.values())))
             sketch.add_standing(step, step, value, wall)
     return Downsampled(sketch, len(rest), len(summarized))
 
@@ -75,7 +75,10 @@ def _summarizable(conn: Connection, candidates: list[ChunkSpan], sketch: MinMaxS
     """The chunks of `candidates` to be answered from their summaries."""
     if sum(s.count for s in candidates) <= sketch.max_points:
         return []  # every point is kept: nothing to summarise
-    within = {i for i, b in _blocks_of(conn, [s.id for s in candidates]) if np.all(np.diff(sketch.bucket(_ends(b)), axis=0) <= 1)}
+    within = {
+        i for batch in _block_batches(conn, [s.id for s in candidates]) for i, b in batch.items()
+        if np.all(np.diff(sketch.bucket(_ends(b)), axis=0) <= 1)
+    }
     chosen = [s for s in candidates if s.id in within]
     while chosen:
         nonfinite = sum(s.nonfinite for s in chosen)
@@ -112,12 +115,13 @@ def _current_whole(spans: list[ChunkSpan], start: int | None, end: int | None, r
     return [s for s, good in zip(spans, ok) if good and s.summarized and s.ordered and s.min_segment is not None]
 
 
-def _blocks_of(conn: Connection, ids: list[int]) -> Iterator[tuple[int, np.ndarray]]:
-    """(chunk id, its blocks) of each chunk, fetched a few at a time: memory stays flat."""
+def _block_batches(conn: Connection, ids: list[int]) -> Iterator[dict[int, np.ndarray]]:
+    """Chunk id -> its blocks, a few chunks at a time: memory stays flat."""
     for at in range(0, len(ids), _FETCH):
-        query = sa.select(chunk_table.c.id, chunk_table.c.blocks).where(chunk_table.c.id.in_(ids[at : at + _FETCH]))
-        for i, data in conn.execute(query):
-            yield i, unpack_blocks(data)
+        query = sa.select(chunk_summaries.c.chunk_id, chunk_summaries.c.blocks).where(
+            chunk_summaries.c.chunk_id.in_(ids[at : at + _FETCH])
+        )
+        yield {i: unpack_blocks(data) for i, data in conn.execute(query)}
 
 
 def _ends(blocks: np.ndarray) -> np.ndarray:

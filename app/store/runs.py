@@ -16,7 +16,7 @@ from app.ingest.logdir import RunState
 from app.ingest.points import Points
 from app.ingest.restarts import Rollback, SegmentState
 from app.store import chunks, streams
-from app.store.schema import alerts, files, rollbacks, runs, tags
+from app.store.schema import alerts, chunk_summaries, files, rollbacks, runs, tags
 from app.store.schema import chunks as chunk_table
 from app.store.summaries import summary_columns
 
@@ -109,7 +109,9 @@ def append_points(conn: Connection, run_id: int, points: Points, segment: np.nda
         for i in range(0, len(part), CHUNK_POINTS):
             rows.append(_chunk_row(tag_id, *(c[i : i + CHUNK_POINTS] for c in columns)))
     if rows:
-        conn.execute(chunk_table.insert(), rows)
+        insert = chunk_table.insert().returning(chunk_table.c.id, sort_by_parameter_order=True)
+        ids = conn.execute(insert, [row for row, _ in rows]).scalars().all()
+        conn.execute(chunk_summaries.insert(), [{"chunk_id": i, **summary} for i, (_, summary) in zip(ids, rows)])
 
 
 def _grow_last_chunk(conn: Connection, tag_id: int, columns: tuple[np.ndarray, ...]) -> bool:
@@ -123,19 +125,22 @@ def _grow_last_chunk(conn: Connection, tag_id: int, columns: tuple[np.ndarray, .
     if last is None or last.count >= SMALL_CHUNK:
         return False
     merged = [np.concatenate([old, new]) for old, new in zip(chunks.unpack(last.data, last.count), columns)]
-    conn.execute(chunk_table.update().where(chunk_table.c.id == last.id).values(**_chunk_row(tag_id, *merged)))
+    row, summary = _chunk_row(tag_id, *merged)
+    conn.execute(chunk_table.update().where(chunk_table.c.id == last.id).values(**row))
+    conn.execute(chunk_summaries.update().where(chunk_summaries.c.chunk_id == last.id).values(**summary))
     return True
 
 
-def _chunk_row(tag_id: int, step: np.ndarray, segment: np.ndarray, wall_time: np.ndarray, value: np.ndarray) -> dict:
-    return {
+def _chunk_row(tag_id: int, step: np.ndarray, segment: np.ndarray, wall_time: np.ndarray, value: np.ndarray) -> tuple[dict, dict]:
+    """A chunk's row, and its summary's (without the chunk's id)."""
+    row = {
         "tag_id": tag_id,
         "count": len(step),
         "first_step": int(step.min()),
         "last_step": int(step.max()),
         "data": chunks.pack(step, segment, wall_time, value),
-        **summary_columns(step, segment, wall_time, value),
     }
+    return row, summary_columns(step, segment, wall_time, value)
 
 
 def delete_points(conn: Connection, run_id: int) -> None:
@@ -299,8 +304,9 @@ def tag_chunks(conn: Connection, run_id: int, tag: str, start: int | None, end: 
         return None
     query = sa.select(
         chunk_table.c.id, chunk_table.c.count, chunk_table.c.first_step, chunk_table.c.last_step,
-        chunk_table.c.ordered == 1, chunk_table.c.min_segment, chunk_table.c.nonfinite, chunk_table.c.blocks.is_not(None),
-    ).where(chunk_table.c.tag_id == tag_id)
+        chunk_summaries.c.ordered == 1, chunk_summaries.c.min_segment, chunk_summaries.c.nonfinite,
+        chunk_summaries.c.chunk_id.is_not(None),
+    ).outerjoin(chunk_summaries, chunk_summaries.c.chunk_id == chunk_table.c.id).where(chunk_table.c.tag_id == tag_id)
     if start is not None:
         query = query.where(chunk_table.c.last_step >= start)
     if end is not None:
