@@ -39,6 +39,7 @@ bench: install-test
 	$(BIN)/python bench/delivery.py
 	$(BIN)/python bench/api.py
 	$(BIN)/python bench/memory.py
+	$(BIN)/python bench/series.py
 	$(BIN)/python bench/chaos.py
 	$(BIN)/python bench/liveness.py
 	$(BIN)/python bench/remote.py

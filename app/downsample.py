@@ -84,15 +84,47 @@ class MinMaxSketch:
             self._all.append((key, step, value, extra))
             if self.count > self.max_points:
                 self._all = None
+        self._offer(key, step, value, extra, collect_nonfinite=True)
+
+    def add_summary(self, count: int, nonfinite: int) -> None:
+        """Count `count` points of the series (`nonfinite` of them not finite) that are not
+        added but stand in through some of them, given to `add_standing` (what
+        `app.store.summaries` keeps of a chunk).  Only for a series of more than `max_points`
+        points and, when `nonfinite` > 0, of more than `max_points // 4` non-finite ones,
+        for otherwise each of them would be kept: a ValueError says when it is not so."""
+        self.count += count
+        self.nonfinite += nonfinite
+        self._all = None
+        if self.count <= self.max_points:
+            raise ValueError(f"a summary stands for the series' only {self.count} points, within the budget")
+        if nonfinite:
+            if self.nonfinite <= self.max_points // 4:
+                raise ValueError(f"a summary stands for {self.nonfinite} non-finite points, each of which is kept")
+            self._all_nonfinite = None
+
+    def add_standing(self, key: np.ndarray, step: np.ndarray, value: np.ndarray, extra: np.ndarray) -> None:
+        """Offer points already counted by `add_summary`: the result is the one every point
+        would give for each fine bucket given its lowest and highest finite point and its
+        first non-finite one, and the points of lowest and highest key."""
+        if self._all is not None:
+            raise ValueError("standing points come after add_summary counted what they stand for")
+        key, step, value = np.asarray(key, np.int64), np.asarray(step, np.int64), np.asarray(value, np.float64)
+        self._offer(key, step, value, np.asarray(extra, np.float64), collect_nonfinite=False)
+
+    def _offer(self, key: np.ndarray, step: np.ndarray, value: np.ndarray, extra: np.ndarray,
+               collect_nonfinite: bool) -> None:
+        if not len(key):
+            return
         ends = np.array([np.argmin(key), np.argmax(key)])
         self._ends.offer(np.array([0, 1]), (key[ends], step[ends], value[ends], extra[ends]), np.array([0.0, 0.0]),
                          np.array([1, -1]))
         finite = np.isfinite(value)
-        bucket = self._bucket(step)
+        bucket = self.bucket(step)
         if not finite.all():
             bad = ~finite
-            self.nonfinite += int(np.count_nonzero(bad))
-            if self._all_nonfinite is not None:
+            if collect_nonfinite:
+                self.nonfinite += int(np.count_nonzero(bad))
+            if collect_nonfinite and self._all_nonfinite is not None:
                 self._all_nonfinite.append((key[bad], step[bad], value[bad], extra[bad]))
                 if self.nonfinite > self.max_points // 4:
                     self._all_nonfinite = None
@@ -125,7 +157,13 @@ class MinMaxSketch:
             return table.filled()
         return table.grouped(budget)
 
-    def _bucket(self, step: np.ndarray) -> np.ndarray:
+    @property
+    def buckets(self) -> int:
+        """How many fine buckets the step range is cut into."""
+        return self._buckets
+
+    def bucket(self, step: np.ndarray) -> np.ndarray:
+        """The fine bucket of each step."""
         scaled = (step.astype(np.float64) - self._first) * self._scale
         return np.clip(scaled, 0, self._buckets - 1).astype(np.int64)
 

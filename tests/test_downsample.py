@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.downsample import minmax_indices
+from app.downsample import MinMaxSketch, minmax_indices
 
 
 def noisy(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -90,3 +90,21 @@ def test_the_finite_extremes_the_ends_and_the_budget_always_hold(values, gaps, m
         assert out.min() == value[finite].min()
     if not finite.all():
         assert not np.isfinite(value[kept]).all()
+
+
+def test_a_summary_may_stand_only_for_points_the_budget_does_not_keep_each():
+    """Points counted by add_summary are given only through standing ones: refused where the
+    sketch would have kept every one of them."""
+    sketch = MinMaxSketch(0, 1000, 40)
+    with pytest.raises(ValueError, match="^a summary stands for the series' only 40 points, within the budget$"):
+        sketch.add_summary(40, 0)
+    sketch = MinMaxSketch(0, 1000, 40)
+    with pytest.raises(ValueError, match="^a summary stands for 10 non-finite points, each of which is kept$"):
+        sketch.add_summary(500, 10)
+    sketch = MinMaxSketch(0, 1000, 40)
+    with pytest.raises(ValueError, match="^standing points come after add_summary counted what they stand for$"):
+        sketch.add_standing(np.array([1]), np.array([1]), np.array([1.0]), np.array([0.0]))
+    sketch.add_summary(500, 11)
+    sketch.add_standing(np.array([3, 7]), np.array([3, 7]), np.array([2.0, np.nan]), np.array([0.5, 0.7]))
+    assert (sketch.count, sketch.nonfinite) == (500, 11)
+    assert [k.tolist() for k in sketch.result_with_extra()[:2]] == [[3, 7], [3, 7]]

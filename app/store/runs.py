@@ -16,8 +16,9 @@ from app.ingest.logdir import RunState
 from app.ingest.points import Points
 from app.ingest.restarts import Rollback, SegmentState
 from app.store import chunks, streams
-from app.store.schema import alerts, files, rollbacks, runs, tags
+from app.store.schema import alerts, chunk_summaries, files, rollbacks, runs, tags
 from app.store.schema import chunks as chunk_table
+from app.store.summaries import summary_columns
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,9 @@ def append_points(conn: Connection, run_id: int, points: Points, segment: np.nda
         for i in range(0, len(part), CHUNK_POINTS):
             rows.append(_chunk_row(tag_id, *(c[i : i + CHUNK_POINTS] for c in columns)))
     if rows:
-        conn.execute(chunk_table.insert(), rows)
+        insert = chunk_table.insert().returning(chunk_table.c.id, sort_by_parameter_order=True)
+        ids = conn.execute(insert, [row for row, _ in rows]).scalars().all()
+        conn.execute(chunk_summaries.insert(), [{"chunk_id": i, **summary} for i, (_, summary) in zip(ids, rows)])
 
 
 def _grow_last_chunk(conn: Connection, tag_id: int, columns: tuple[np.ndarray, ...]) -> bool:
@@ -122,18 +125,22 @@ def _grow_last_chunk(conn: Connection, tag_id: int, columns: tuple[np.ndarray, .
     if last is None or last.count >= SMALL_CHUNK:
         return False
     merged = [np.concatenate([old, new]) for old, new in zip(chunks.unpack(last.data, last.count), columns)]
-    conn.execute(chunk_table.update().where(chunk_table.c.id == last.id).values(**_chunk_row(tag_id, *merged)))
+    row, summary = _chunk_row(tag_id, *merged)
+    conn.execute(chunk_table.update().where(chunk_table.c.id == last.id).values(**row))
+    conn.execute(chunk_summaries.update().where(chunk_summaries.c.chunk_id == last.id).values(**summary))
     return True
 
 
-def _chunk_row(tag_id: int, step: np.ndarray, segment: np.ndarray, wall_time: np.ndarray, value: np.ndarray) -> dict:
-    return {
+def _chunk_row(tag_id: int, step: np.ndarray, segment: np.ndarray, wall_time: np.ndarray, value: np.ndarray) -> tuple[dict, dict]:
+    """A chunk's row, and its summary's (without the chunk's id)."""
+    row = {
         "tag_id": tag_id,
         "count": len(step),
         "first_step": int(step.min()),
         "last_step": int(step.max()),
         "data": chunks.pack(step, segment, wall_time, value),
     }
+    return row, summary_columns(step, segment, wall_time, value)
 
 
 def delete_points(conn: Connection, run_id: int) -> None:
@@ -276,12 +283,17 @@ def load_tag_writes(conn: Connection, run_id: int, tag: str, from_step: int | No
 
 @dataclass(frozen=True)
 class ChunkSpan:
-    """Where one stored chunk of a tag's writes lies, without its data."""
+    """Where one stored chunk of a tag's writes lies, and what its summary columns say,
+    without its data."""
 
     id: int
     count: int
     first_step: int
     last_step: int
+    ordered: bool = False
+    min_segment: int | None = None
+    nonfinite: int | None = None
+    summarized: bool = False  # its per-block summary is stored (app/store/summaries.py)
 
 
 def tag_chunks(conn: Connection, run_id: int, tag: str, start: int | None, end: int | None) -> list[ChunkSpan] | None:
@@ -290,14 +302,19 @@ def tag_chunks(conn: Connection, run_id: int, tag: str, start: int | None, end: 
     tag_id = conn.execute(sa.select(tags.c.id).where(tags.c.run_id == run_id, tags.c.name == tag)).scalar()
     if tag_id is None:
         return None
-    query = sa.select(chunk_table.c.id, chunk_table.c.count, chunk_table.c.first_step, chunk_table.c.last_step).where(
-        chunk_table.c.tag_id == tag_id
-    )
+    query = sa.select(
+        chunk_table.c.id, chunk_table.c.count, chunk_table.c.first_step, chunk_table.c.last_step,
+        chunk_summaries.c.ordered == 1, chunk_summaries.c.min_segment, chunk_summaries.c.nonfinite,
+        chunk_summaries.c.chunk_id.is_not(None),
+    ).outerjoin(chunk_summaries, chunk_summaries.c.chunk_id == chunk_table.c.id).where(chunk_table.c.tag_id == tag_id)
     if start is not None:
         query = query.where(chunk_table.c.last_step >= start)
     if end is not None:
         query = query.where(chunk_table.c.first_step <= end)
-    return [ChunkSpan(*row) for row in conn.execute(query.order_by(chunk_table.c.id))]
+    return [
+        ChunkSpan(i, n, first, last, bool(ordered), low, bad, bool(summarized))
+        for i, n, first, last, ordered, low, bad, summarized in conn.execute(query.order_by(chunk_table.c.id))
+    ]
 
 
 SERIES_BATCH = 8  # chunks fetched per query while walking a tag: a few MB at most

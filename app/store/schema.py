@@ -65,6 +65,19 @@ chunks = Table(
     Index("ix_chunks_tag", "tag_id", "id"),
 )
 
+# What a read answers of a chunk without decompressing its data (app/store/summaries.py).
+# A table of its own, not columns after `data`: SQLite would walk a chunk's overflow pages
+# to reach them, and every listing of a tag's chunks would cost as much as reading them.
+chunk_summaries = Table(
+    "chunk_summaries",
+    metadata,
+    Column("chunk_id", Integer, ForeignKey("chunks.id", ondelete="CASCADE"), primary_key=True),
+    Column("ordered", Integer, nullable=False),  # 1: steps strictly increase in write order
+    Column("min_segment", Integer, nullable=False),  # the lowest segment of its writes (a resume may hide them)
+    Column("nonfinite", Integer, nullable=False),  # how many of its values are NaN or +-Inf
+    Column("blocks", LargeBinary, nullable=False),  # per block of writes: extremes, ends, non-finite points
+)
+
 rollbacks = Table(
     "rollbacks",
     metadata,

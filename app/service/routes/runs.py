@@ -12,7 +12,6 @@ from analyzers.roles import infer_role
 from analyzers.series import resume_steps
 from app import liveness
 from app.axis import wants_log
-from app.downsample import MinMaxSketch
 from app.ingest.points import json_number
 from app.ingest.textlogs import MAX_NAME, MAX_STEP
 from app.service.auth import READ
@@ -25,6 +24,7 @@ from app.service.routes.common import checked_name, one_run, settings_of, store_
 from app.service.routes.run_names import run_name
 from app.store import alerts as stored_alerts
 from app.store import runs as stored_runs
+from app.store.envelope import downsampled_series
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], dependencies=[READ, Depends(utf8_url)])
 
@@ -58,18 +58,16 @@ def series(
     max_points: int = Query(2000, ge=8, le=100_000, description="At most this many points: each stretch keeps its min and max, so spikes survive"),
     source: str | None = Source,
 ) -> SeriesResponse:
-    """The tag's current view between `start` and `end`, read chunk by chunk and downsampled
-    as it is read (`app.downsample.MinMaxSketch`): a run of millions of points is never held
-    whole.  A read over many stored points is a heavy request (503 when the service is full)."""
+    """The tag's current view between `start` and `end`, downsampled (`app.downsample.MinMaxSketch`)
+    from the chunks' summaries where they give what it keeps, else read chunk by chunk
+    (`app.store.envelope`): a run of millions of points is never held whole, and a
+    zoomed-out read decompresses few of its chunks.  A read over many stored points is a heavy request (503 when the service is full)."""
     _check_window(tag, start, end)
     with request.app.state.heavy.claim() as claim, store_of(request).read() as conn:
         found = one_run(conn, run, source)
         spans = _tag_spans(conn, claim, found.id, run, tag, start, end)
         resume_to = resume_steps(stored_runs.load_resumes(conn, found.id), tag)
-        first, last = min((s.first_step for s in spans), default=0), max((s.last_step for s in spans), default=0)
-        sketch = MinMaxSketch(first if start is None else max(first, start), last if end is None else min(last, end), max_points)
-        for step, value, wall in stored_runs.current_points(conn, spans, start, end, resume_to, wall_time=True):
-            sketch.add(step, step, value, wall)
+        sketch = downsampled_series(conn, spans, start, end, resume_to, max_points).sketch
     _, step, value, wall = sketch.result_with_extra()
     return SeriesResponse(
         run=run, tag=tag, total=sketch.count, downsampled=len(step) < sketch.count,
