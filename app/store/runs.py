@@ -47,16 +47,15 @@ class StoredFile:
 
 
 def lock_run(conn: Connection, source: str, name: str, now: float) -> StoredRun:
-    """The run's row, created if new, locked until the transaction ends (PostgreSQL: FOR
-    UPDATE; SQLite: the transaction already holds the database's write lock)."""
+    """The run's row, created if new, locked until the transaction ends, in one statement:
+    an insert that, for a run already stored, updates nothing but takes the row's lock
+    (PostgreSQL: as FOR UPDATE would; SQLite: the transaction already holds the database's
+    write lock) and returns the row as it is once locked."""
     insert = _insert(conn)(runs).values(
         source=source, name=name, state=_state_json(RunState()), points=0, updated_at=now
     )
-    conn.execute(insert.on_conflict_do_nothing(index_elements=["source", "name"]))
-    query = sa.select(runs).where(runs.c.source == source, runs.c.name == name)
-    if conn.dialect.name == "postgresql":
-        query = query.with_for_update()
-    return _stored(conn.execute(query).one())
+    upsert = insert.on_conflict_do_update(index_elements=["source", "name"], set_={"name": insert.excluded.name})
+    return _stored(conn.execute(upsert.returning(*runs.c)).one())
 
 
 def known_files(conn: Connection, source: str) -> dict[str, dict[str, StoredFile]]:
@@ -93,37 +92,61 @@ SMALL_CHUNK = 1024  # a tag's last chunk this small takes the next append in, ra
 def append_points(conn: Connection, run_id: int, points: Points, segment: np.ndarray) -> None:
     """Chunks of at most CHUNK_POINTS points per tag, in write order.  Small appends (a
     training loop posting every step) go into the tag's last chunk while it is small, so a
-    run's chunk count grows with its points, not with how often it was appended to."""
+    run's chunk count grows with its points, not with how often it was appended to.  The
+    statements do not grow with the tags posted: one read of the tags' last chunks, one
+    insert of any new tags, one batch of chunk updates and one of new chunks."""
     if not len(points):
         return
-    ids = _tag_ids(conn, run_id, [points.tags[t] for t in np.unique(points.tag)])
+    names = [points.tags[t] for t in np.unique(points.tag)]
+    lasts = _last_chunks(conn, run_id, names)
+    ids = {name: last.tag_id for name, last in lasts.items()} | _add_tags(conn, run_id, [n for n in names if n not in lasts])
     order = np.argsort(points.tag, kind="stable")
     bounds = np.flatnonzero(np.diff(points.tag[order])) + 1
-    rows = []
+    grown, rows = [], []
     for part in np.split(order, bounds):
-        tag_id = ids[points.tags[points.tag[part[0]]]]
+        name = points.tags[points.tag[part[0]]]
         columns = (points.step[part], segment[part], points.wall_time[part], points.value[part])
-        if len(part) < SMALL_CHUNK and _grow_last_chunk(conn, tag_id, columns):
+        last = lasts.get(name)
+        if len(part) < SMALL_CHUNK and last is not None and last.chunk_id is not None:
+            merged = [np.concatenate([old, new]) for old, new in zip(chunks.unpack(last.data, last.count), columns)]
+            grown.append({"chunk_id": last.chunk_id, **_chunk_row(ids[name], *merged)})
             continue
         for i in range(0, len(part), CHUNK_POINTS):
-            rows.append(_chunk_row(tag_id, *(c[i : i + CHUNK_POINTS] for c in columns)))
+            rows.append(_chunk_row(ids[name], *(c[i : i + CHUNK_POINTS] for c in columns)))
+    if grown:
+        conn.execute(chunk_table.update().where(chunk_table.c.id == sa.bindparam("chunk_id")), grown)
     if rows:
         conn.execute(chunk_table.insert(), rows)
 
 
-def _grow_last_chunk(conn: Connection, tag_id: int, columns: tuple[np.ndarray, ...]) -> bool:
-    """Append to the tag's last chunk if it is small; False if there is none such."""
-    last = conn.execute(
-        sa.select(chunk_table.c.id, chunk_table.c.count, chunk_table.c.data)
-        .where(chunk_table.c.tag_id == tag_id)
-        .order_by(chunk_table.c.id.desc())
-        .limit(1)
-    ).first()
-    if last is None or last.count >= SMALL_CHUNK:
-        return False
-    merged = [np.concatenate([old, new]) for old, new in zip(chunks.unpack(last.data, last.count), columns)]
-    conn.execute(chunk_table.update().where(chunk_table.c.id == last.id).values(**_chunk_row(tag_id, *merged)))
-    return True
+@dataclass(frozen=True)
+class _LastChunk:
+    """A stored tag and its last chunk when that is small enough to grow (else chunk_id None)."""
+
+    tag_id: int
+    chunk_id: int | None
+    count: int | None
+    data: bytes | None
+
+
+def _last_chunks(conn: Connection, run_id: int, names: list[str]) -> dict[str, _LastChunk]:
+    """These tags of the run that are stored, each with its last chunk if small (one query)."""
+    same_tag = chunk_table.alias("same_tag")
+    newest = sa.select(sa.func.max(same_tag.c.id)).where(same_tag.c.tag_id == tags.c.id).correlate(tags).scalar_subquery()
+    query = (
+        sa.select(tags.c.name, tags.c.id, chunk_table.c.id, chunk_table.c.count, chunk_table.c.data)
+        .select_from(tags.outerjoin(chunk_table, sa.and_(chunk_table.c.id == newest, chunk_table.c.count < SMALL_CHUNK)))
+        .where(tags.c.run_id == run_id, tags.c.name.in_(names))
+    )
+    return {name: _LastChunk(tag_id, chunk_id, count, data) for name, tag_id, chunk_id, count, data in conn.execute(query)}
+
+
+def _add_tags(conn: Connection, run_id: int, names: list[str]) -> dict[str, int]:
+    """Store new tags of the run (its row is locked: no one else adds them meanwhile)."""
+    if not names:
+        return {}
+    added = conn.execute(tags.insert().returning(tags.c.name, tags.c.id), [{"run_id": run_id, "name": n} for n in names])
+    return dict(added.all())
 
 
 def _chunk_row(tag_id: int, step: np.ndarray, segment: np.ndarray, wall_time: np.ndarray, value: np.ndarray) -> dict:
@@ -187,22 +210,17 @@ def load_resumes(conn: Connection, run_id: int) -> tuple[Resume, ...]:
     return tuple(Resume(r.from_step, r.to_step, r.segment, r.wall_time, tuple(r.tags or ())) for r in conn.execute(query))
 
 
-def save_run(conn: Connection, run: StoredRun, state: RunState, points: int, last_step: int | None, now: float) -> None:
-    conn.execute(
-        runs.update()
-        .where(runs.c.id == run.id)
-        .values(state=_state_json(state), points=points, last_step=last_step, updated_at=now)
-    )
-
-
-def _tag_ids(conn: Connection, run_id: int, names: list[str]) -> dict[str, int]:
-    query = sa.select(tags.c.name, tags.c.id).where(tags.c.run_id == run_id)
-    ids = dict(conn.execute(query).all())
-    missing = [n for n in names if n not in ids]
-    if missing:
-        conn.execute(tags.insert(), [{"run_id": run_id, "name": n} for n in missing])
-        ids = dict(conn.execute(query).all())
-    return ids
+def save_run(
+    conn: Connection, run: StoredRun, state: RunState, points: int, last_step: int | None, now: float,
+    liveness: Mapping[str, object] | None = None, dirty: bool = False,
+) -> None:
+    """The run's row after storing points, in one statement: its state and counts, its
+    `liveness` columns (app/liveness.py) and, when `dirty`, waiting for analysis since
+    `now` unless it already was."""
+    values = {"state": _state_json(state), "points": points, "last_step": last_step, "updated_at": now, **(liveness or {})}
+    if dirty:
+        values["dirty_since"] = sa.func.coalesce(runs.c.dirty_since, now)
+    conn.execute(runs.update().where(runs.c.id == run.id).values(**values))
 
 
 def _insert(conn: Connection):
