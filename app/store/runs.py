@@ -4,6 +4,7 @@ transaction: points and the offsets they were read up to commit together or not 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -51,11 +52,19 @@ def lock_run(conn: Connection, source: str, name: str, now: float) -> StoredRun:
     an insert that, for a run already stored, updates nothing but takes the row's lock
     (PostgreSQL: as FOR UPDATE would; SQLite: the transaction already holds the database's
     write lock) and returns the row as it is once locked."""
-    insert = _insert(conn)(runs).values(
-        source=source, name=name, state=_state_json(RunState()), points=0, updated_at=now
+    params = {"source": source, "name": name, "state": _state_json(RunState()), "now": now}
+    return _stored(conn.execute(_lock_statement(conn.dialect.name), params).one())
+
+
+@functools.cache
+def _lock_statement(dialect: str) -> sa.Executable:
+    """Built once per dialect: every append runs it, and building costs more than running."""
+    insert = _insert(dialect)(runs).values(
+        source=sa.bindparam("source"), name=sa.bindparam("name"), state=sa.bindparam("state", type_=runs.c.state.type),
+        points=0, updated_at=sa.bindparam("now"),
     )
     upsert = insert.on_conflict_do_update(index_elements=["source", "name"], set_={"name": insert.excluded.name})
-    return _stored(conn.execute(upsert.returning(*runs.c)).one())
+    return upsert.returning(*runs.c)
 
 
 def known_files(conn: Connection, source: str) -> dict[str, dict[str, StoredFile]]:
@@ -114,7 +123,7 @@ def append_points(conn: Connection, run_id: int, points: Points, segment: np.nda
         for i in range(0, len(part), CHUNK_POINTS):
             rows.append(_chunk_row(ids[name], *(c[i : i + CHUNK_POINTS] for c in columns)))
     if grown:
-        conn.execute(chunk_table.update().where(chunk_table.c.id == sa.bindparam("chunk_id")), grown)
+        conn.execute(_GROW_CHUNK, grown)
     if rows:
         conn.execute(chunk_table.insert(), rows)
 
@@ -131,14 +140,22 @@ class _LastChunk:
 
 def _last_chunks(conn: Connection, run_id: int, names: list[str]) -> dict[str, _LastChunk]:
     """These tags of the run that are stored, each with its last chunk if small (one query)."""
+    rows = conn.execute(_LAST_CHUNKS, {"run_id": run_id, "names": names})
+    return {name: _LastChunk(tag_id, chunk_id, count, data) for name, tag_id, chunk_id, count, data in rows}
+
+
+def _last_chunks_query() -> sa.Select:
     same_tag = chunk_table.alias("same_tag")
     newest = sa.select(sa.func.max(same_tag.c.id)).where(same_tag.c.tag_id == tags.c.id).correlate(tags).scalar_subquery()
-    query = (
+    return (
         sa.select(tags.c.name, tags.c.id, chunk_table.c.id, chunk_table.c.count, chunk_table.c.data)
         .select_from(tags.outerjoin(chunk_table, sa.and_(chunk_table.c.id == newest, chunk_table.c.count < SMALL_CHUNK)))
-        .where(tags.c.run_id == run_id, tags.c.name.in_(names))
+        .where(tags.c.run_id == sa.bindparam("run_id"), tags.c.name.in_(sa.bindparam("names", expanding=True)))
     )
-    return {name: _LastChunk(tag_id, chunk_id, count, data) for name, tag_id, chunk_id, count, data in conn.execute(query)}
+
+
+_LAST_CHUNKS = _last_chunks_query()  # built once: every append runs it
+_GROW_CHUNK = chunk_table.update().where(chunk_table.c.id == sa.bindparam("chunk_id"))
 
 
 def _add_tags(conn: Connection, run_id: int, names: list[str]) -> dict[str, int]:
@@ -218,13 +235,21 @@ def save_run(
     `liveness` columns (app/liveness.py) and, when `dirty`, waiting for analysis since
     `now` unless it already was."""
     values = {"state": _state_json(state), "points": points, "last_step": last_step, "updated_at": now, **(liveness or {})}
+    params = {f"v_{column}": value for column, value in values.items()}
+    conn.execute(_save_statement(tuple(sorted(values)), dirty), {**params, "run_id": run.id, "dirty_at": now})
+
+
+@functools.cache
+def _save_statement(columns: tuple[str, ...], dirty: bool) -> sa.Executable:
+    """Built once per set of columns: every append runs it."""
+    values = {column: sa.bindparam(f"v_{column}", type_=runs.c[column].type) for column in columns}
     if dirty:
-        values["dirty_since"] = sa.func.coalesce(runs.c.dirty_since, now)
-    conn.execute(runs.update().where(runs.c.id == run.id).values(**values))
+        values["dirty_since"] = sa.func.coalesce(runs.c.dirty_since, sa.bindparam("dirty_at"))
+    return runs.update().where(runs.c.id == sa.bindparam("run_id")).values(**values)
 
 
-def _insert(conn: Connection):
-    if conn.dialect.name == "postgresql":
+def _insert(dialect: str):
+    if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert
     else:
         from sqlalchemy.dialects.sqlite import insert
