@@ -14,6 +14,9 @@ out"), old code beside new in the same run:
   direct store calls and analysed once), one client at 40 requests/s: p50/p99.  With the
   default `--analysis-interval 1`, one answer a second carries the run's analysis inline.
 
+Rows "analysis deferred" serve with `--analysis-interval 3600`: every analysis runs in the
+background loop, so the answers cost the append alone (what a bulk loader sees).
+
     .venv/bin/python bench/append.py                               # this checkout only
     mkdir /tmp/lw-main && git archive main | tar -x -C /tmp/lw-main  # the old code, once,
     cp app/ingest/_tfrecord.*.so /tmp/lw-main/app/ingest/            # with the built extension
@@ -85,11 +88,13 @@ def tree_cpu_seconds(pid: int) -> float:
 
 
 @contextlib.contextmanager
-def serving(url: str, workdir: Path, code: Path | None, workers: int) -> Iterator[Server]:
+def serving(url: str, workdir: Path, code: Path | None, workers: int, deferred: bool = False) -> Iterator[Server]:
+    """`losswatch serve` of the code at `code` (None: this checkout); `deferred`: every
+    analysis in the background (`--analysis-interval 3600`), so answers cost the append alone."""
     port = free_port()
     log = workdir / f"serve-{port}.log"
     env = {**os.environ, **({"PYTHONPATH": str(code)} if code else {})}
-    extra = ["--workers", str(workers)] if workers > 1 else []
+    extra = (["--workers", str(workers)] if workers > 1 else []) + (["--analysis-interval", "3600"] if deferred else [])
     with open(log, "wb") as sink:
         process = subprocess.Popen(
             [losswatch_command(), "serve", "--port", str(port), "--db", url, "--insecure", *extra],
@@ -239,9 +244,9 @@ def statements(code: Path | None) -> list[int]:
         return json.loads(out.stdout)
 
 
-def small_appends(code: Path | None, workers: int, seconds: float, workdir: Path) -> tuple[Load, Load]:
+def small_appends(code: Path | None, workers: int, deferred: bool, seconds: float, workdir: Path) -> tuple[Load, Load]:
     """(paced, closed-loop) small appends, each client to its own run, on a fresh schema."""
-    with postgres_store() as store, serving(store.url, workdir, code, workers) as server:
+    with postgres_store() as store, serving(store.url, workdir, code, workers, deferred) as server:
         runs = [(f"loop-{c}", 0) for c in range(CLIENTS)]
         phases = [(2.0, None), (seconds, PACED_RATE), (seconds, None)]
         (_, paced, closed), _ = asyncio.run(drive(port_of(server), runs, phases, server.process.pid))
@@ -270,9 +275,11 @@ def build_big_run(url: str, steps: int) -> str:
     return name
 
 
-def big_appends(url: str, name: str, first: int, code: Path | None, seconds: float, workdir: Path) -> tuple[Load, int]:
+def big_appends(
+    url: str, name: str, first: int, code: Path | None, deferred: bool, seconds: float, workdir: Path
+) -> tuple[Load, int]:
     """Appends to the big run from step `first`: the load, and the step the next would start at."""
-    with serving(url, workdir, code, 1) as server:
+    with serving(url, workdir, code, 1, deferred) as server:
         phases = [(1.0, None), (seconds, BIG_RATE)]
         (_, load), (after,) = asyncio.run(drive(port_of(server), [(name, first)], phases, server.process.pid))
         return load, after
@@ -294,6 +301,10 @@ def load_row(label: str, load: Load) -> list:
     errors = load.sent - load.answers[200]
     return [label, load.sent, f"{load.sent / load.seconds:.0f}", ms(load, 50), ms(load, 99), ms(load, 100),
             f"{load.cpu / max(load.sent, 1) * 1000:.2f}", load.answers["inline"], errors]
+
+
+def case_label(code: str, workers: int, deferred: bool) -> str:
+    return f"{code}, {workers}" + (", analysis deferred" if deferred else "")
 
 
 LOAD_HEADERS = ["code, workers", "requests", "req/s", "p50 ms", "p99 ms", "max ms", "server CPU ms/req", "analysed inline",
@@ -318,11 +329,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="append-bench-") as tmp:
         workdir = Path(tmp)
         paced_rows, closed_rows = [], []
-        for label, code, workers in [(label, code, 1) for label, code in codes] + [("new", None, 2)]:
-            progress(f"small appends: {label}, {workers} worker(s)")
-            paced, closed = small_appends(code, workers, seconds, workdir)
-            paced_rows.append(load_row(f"{label}, {workers}", paced))
-            closed_rows.append(load_row(f"{label}, {workers}", closed))
+        cases = [(label, code, 1, False) for label, code in codes] + [("new", None, 2, False), ("new", None, 2, True)]
+        for label, code, workers, deferred in cases:
+            progress(f"small appends: {label}, {workers} worker(s){', analysis deferred' if deferred else ''}")
+            paced, closed = small_appends(code, workers, deferred, seconds, workdir)
+            paced_rows.append(load_row(case_label(label, workers, deferred), paced))
+            closed_rows.append(load_row(case_label(label, workers, deferred), closed))
         print(f"\n### Small appends, {CLIENTS} clients, paced at {PACED_RATE:.0f} req/s ({seconds:.0f} s)\n")
         print(table(LOAD_HEADERS, paced_rows))
         print(f"\n### Small appends, {CLIENTS} clients, closed loop: max sustained rate ({seconds:.0f} s)\n")
@@ -331,10 +343,10 @@ def main() -> None:
             progress(f"building a run of {big_steps:,} steps x {len(TAGS8)} tags")
             name = build_big_run(store.url, big_steps)
             rows, first = [], big_steps
-            for label, code in codes:
-                progress(f"appends to the big run: {label}")
-                load, first = big_appends(store.url, name, first, code, seconds, workdir)
-                rows.append(load_row(f"{label}, 1", load))
+            for label, code, deferred in [(label, code, False) for label, code in codes] + [("new", None, True)]:
+                progress(f"appends to the big run: {label}{', analysis deferred' if deferred else ''}")
+                load, first = big_appends(store.url, name, first, code, deferred, seconds, workdir)
+                rows.append(load_row(case_label(label, 1, deferred), load))
         print(f"\n### 10-point appends to a run of {big_steps * len(TAGS8):,} points, one client at {BIG_RATE:.0f} req/s "
               f"({seconds:.0f} s)\n")
         print(table(LOAD_HEADERS, rows))
