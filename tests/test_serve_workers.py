@@ -16,6 +16,8 @@ from tests.receiver import Receiver, running
 from tests.service_helpers import server_process, wait_for
 from tests.test_delivery import assert_one_key_per_change, stored_deliveries
 
+WORKERS_STARTUP = 120  # seconds: each worker is a fresh interpreter importing everything, on 2 busy cores
+
 
 def test_more_than_one_worker_on_sqlite_is_refused(tmp_path):
     result = CliRunner().invoke(main, ["serve", "--workers", "2", "--db", f"sqlite:///{tmp_path / 's.db'}"])
@@ -33,7 +35,7 @@ def worker_pids(process) -> set[str]:
 
 def test_two_workers_store_every_point_of_concurrent_appends_to_one_run(pg_url):
     clients, requests, steps = 6, 20, 5
-    with server_process(pg_url, "--workers", "2") as (base, process):
+    with server_process(pg_url, "--workers", "2", startup=WORKERS_STARTUP) as (base, process):
         def post(client: int) -> None:
             with httpx.Client(base_url=base, timeout=60) as http:
                 for r in range(requests):
@@ -68,7 +70,7 @@ def test_two_workers_deliver_each_change_once_including_those_of_deferred_analys
         # a run's second post is within the analysis interval of its first: a worker's
         # background loop analyses it once the interval has passed, and finds the NaN
         args = ("--workers", "2", "--webhook", receiver.url, "--analysis-interval", "5")
-        with server_process(pg_url, *args) as (base, process):
+        with server_process(pg_url, *args, startup=WORKERS_STARTUP) as (base, process):
             for i in range(changes):
                 for first in (0, 150):
                     answer = httpx.post(f"{base}/v1/runs/r{i}/points", json=nan_half(first), timeout=30,
