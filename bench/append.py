@@ -139,12 +139,20 @@ class Connection:
         self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
 
     async def post(self, load: Load) -> None:
+        """Post the next 10 points; a connection the server closed (a worker replaced, an idle
+        keep-alive ended) is opened again and the post sent again (appends are idempotent)."""
         payload = body(self.step)
         self.step += STEPS
         head = (f"POST {self.path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(payload)}\r\n\r\n").encode()
-        self.writer.write(head + payload)
-        status_line = await self.reader.readline()
+        while True:
+            with contextlib.suppress(ConnectionError):
+                self.writer.write(head + payload)
+                if status_line := await self.reader.readline():
+                    break
+            load.answers["reconnected"] += 1
+            self.close()
+            await self.open()
         length = 0
         while (line := await self.reader.readline()) not in (b"\r\n", b""):
             name, _, value = line.partition(b":")
@@ -300,7 +308,7 @@ def ms(load: Load, q: float) -> str:
 def load_row(label: str, load: Load) -> list:
     errors = load.sent - load.answers[200]
     return [label, load.sent, f"{load.sent / load.seconds:.0f}", ms(load, 50), ms(load, 99), ms(load, 100),
-            f"{load.cpu / max(load.sent, 1) * 1000:.2f}", load.answers["inline"], errors]
+            f"{load.cpu / max(load.sent, 1) * 1000:.2f}", load.answers["inline"], errors, load.answers["reconnected"]]
 
 
 def case_label(code: str, workers: int, deferred: bool) -> str:
@@ -308,7 +316,7 @@ def case_label(code: str, workers: int, deferred: bool) -> str:
 
 
 LOAD_HEADERS = ["code, workers", "requests", "req/s", "p50 ms", "p99 ms", "max ms", "server CPU ms/req", "analysed inline",
-                "not 200"]
+                "not 200", "reconnected"]
 
 
 def main() -> None:
