@@ -319,20 +319,19 @@ def scan(
               help="Seconds a claimed webhook delivery is held; if its process dies, another sends it after this.")
 @click.option("--metrics-max-runs", default=1000, show_default=True, type=click.IntRange(min=0),
               help="/metrics has per-run series for this many runs, those that advanced most recently.")
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Worker processes sharing the port (more than 1 needs PostgreSQL).")
 def serve(
     host: str, port: int, db_url: str | None, allowed_roots: tuple[str, ...], poll_interval: float,
     analysis_interval: float, max_body_bytes: int, max_points: int, max_heavy_requests: int,
     webhooks: tuple[str, ...], alertmanagers: tuple[str, ...], alertmanager_resend: float,
     config_file: str | None, external_url: str | None, insecure: bool,
     db_connect_timeout: float, db_statement_timeout: float, webhook_timeout: float, delivery_lease: float,
-    metrics_max_runs: int,
+    metrics_max_runs: int, workers: int,
 ) -> None:
     """Run the HTTP service: ingest over HTTP, watched logdirs, the alerts API."""
-    import uvicorn
-
-    from app.service.app import create_app
-    from app.service.logs import log_config
     from app.service.settings import Settings
+    from app.service.workers import run_workers
 
     if delivery_lease <= longest_send(webhook_timeout):
         _fail(
@@ -340,6 +339,10 @@ def serve(
             f"{longest_send(webhook_timeout):g} s with --webhook-timeout {webhook_timeout:g}"
         )
     store = _open_store(db_url)
+    if workers > 1 and store.dialect != "postgresql":
+        store.close()
+        _fail(f"--workers {workers} needs a PostgreSQL store (--db postgresql://...): SQLite takes one writer "
+              "at a time, so more processes would only queue for it")
     with store.read() as conn:
         protected = tokens.any_tokens(conn)
     store.close()
@@ -354,8 +357,7 @@ def serve(
     if insecure:
         click.echo("losswatch: --insecure: no request needs a token", err=True)
     _check_port(host, port)
-    uvicorn.run(create_app(settings), host=host, port=port, log_config=log_config(), access_log=False,
-                timeout_graceful_shutdown=30)
+    run_workers(settings, host, port, workers)
 
 
 def _check_port(host: str, port: int) -> None:

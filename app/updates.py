@@ -46,8 +46,11 @@ def store_points(
     rollbacks: tuple[Rollback, ...],
     state: RunState,
     now: float,
+    dirty: bool = False,
 ) -> StoredRun:
-    """Append points and rollbacks and the run's new state; returns the run as it now is."""
+    """Append points and rollbacks and the run's new state; returns the run as it now is.
+    `dirty`: the run waits for analysis (the service defers busy runs), said in the same
+    write of its row."""
     stored_runs.append_points(conn, run.id, points, segment)
     stored_runs.add_rollbacks(conn, run.id, rollbacks)
     last_step = run.last_step
@@ -56,9 +59,7 @@ def store_points(
         last_step = newest if last_step is None else max(last_step, newest)
     alive = liveness.observe(run, points, now)
     updated = replace(run, state=state, points=run.points + len(points), last_step=last_step, updated_at=now, **alive)
-    stored_runs.save_run(conn, run, state, updated.points, last_step, now)
-    if alive:
-        conn.execute(runs.update().where(runs.c.id == run.id).values(**alive))
+    stored_runs.save_run(conn, run, state, updated.points, last_step, now, alive, dirty)
     return updated
 
 
@@ -216,13 +217,6 @@ def analyze_now(store: Store, run: StoredRun, config: AnalysisConfig, webhooks: 
     with store.write() as conn:
         locked = stored_runs.lock_run(conn, run.source, run.name, now)
         return apply(conn, locked, assessment, webhooks, now, config)
-
-
-def mark_dirty(conn: Connection, run: StoredRun, now: float) -> None:
-    """New points wait for the deferred analysis (the service does this for busy runs)."""
-    conn.execute(
-        runs.update().where(runs.c.id == run.id, runs.c.dirty_since.is_(None)).values(dirty_since=now)
-    )
 
 
 def due_for_analysis(run: StoredRun, interval: float, now: float) -> bool:

@@ -47,8 +47,9 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def server_process(url: str, *args: str):
-    """`losswatch serve` as a real process on a free port; yields (base URL, process)."""
+def server_process(url: str, *args: str, startup: float = 30):
+    """`losswatch serve` as a real process on a free port; yields (base URL, process).
+    `startup`: seconds it may take to answer (workers each import everything anew)."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     # Its log goes to a file, which never fills as a pipe nobody reads would (the server would
@@ -69,7 +70,7 @@ def server_process(url: str, *args: str):
             return process.poll() is not None  # died: stop waiting, the caller will see it
 
     try:
-        wait_for(up, timeout=30)
+        wait_for(up, timeout=startup)
         assert process.poll() is None, process.stderr.read().decode()
         yield base, process
     finally:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from app.downsample import MinMaxSketch
 from app.ingest.points import Points
 from app.ingest.restarts import Rollback
-from app.store import chunks, summaries
+from app.store import chunks, schema, summaries
 from app.store import runs as stored_runs
 from app.store.db import _alembic_config, open_store
 from app.store.envelope import downsampled_series
@@ -287,3 +287,31 @@ def test_migration_0012_fills_in_the_summaries_of_stored_chunks(store_url):
     store.close()
     assert [dict(r._mapping) for r in got] == expected
     assert [r.ordered for r in got].count(0) == 1 and sum(r.nonfinite for r in got) == 150
+
+
+def test_small_appends_that_grow_a_chunk_keep_its_summary_whole(store_url):
+    # a training loop posting a few steps at a time grows its tag's last chunk in place: the
+    # chunk's summary is rewritten with it, in the same batch of statements
+    store = open_store(store_url)
+    try:
+        value = noisy_loss(900, seed=7, spikes=(450,), nans=((600, 3),))
+        run_id = store_series(store, np.arange(0, 100), value[:100], run_name="grown")
+        for a in range(100, 900, 7):
+            with store.write() as conn:
+                append(conn, run_id, np.arange(a, min(a + 7, 900)), value[a : min(a + 7, 900)], 0)
+        with store.read() as conn:
+            rows = conn.execute(
+                sa.select(schema.chunk_summaries.c.ordered, schema.chunk_summaries.c.min_segment,
+                          schema.chunk_summaries.c.nonfinite, schema.chunk_summaries.c.blocks,
+                          schema.chunks.c.data, schema.chunks.c.count)
+                .join(schema.chunks, schema.chunks.c.id == schema.chunk_summaries.c.chunk_id)
+                .join(schema.tags, schema.tags.c.id == schema.chunks.c.tag_id)
+                .where(schema.tags.c.run_id == run_id)
+            ).all()
+        assert len(rows) == 1
+        ordered, min_segment, nonfinite, blocks, data, count = rows[0]
+        assert count == 900
+        assert {"ordered": ordered, "min_segment": min_segment, "nonfinite": nonfinite, "blocks": blocks} == \
+            summaries.summary_columns(*chunks.unpack(data, count))
+    finally:
+        store.close()

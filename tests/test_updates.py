@@ -13,7 +13,7 @@ from app.ingest.points import Points
 from app.store import runs as stored_runs
 from app.store.db import open_store
 from app.store.schema import runs
-from app.updates import apply, assess, mark_dirty, store_points
+from app.updates import apply, assess, store_points
 
 
 @pytest.fixture
@@ -28,8 +28,7 @@ def add(store, first: int, values: np.ndarray):
     points = Points(("loss",), np.zeros(len(values), np.int32), steps, np.full(len(values), np.nan), values)
     with store.write() as conn:
         run = stored_runs.lock_run(conn, "http", "r", 1.0)
-        updated = store_points(conn, run, points, np.zeros(len(values), np.int32), (), RunState(), 1.0)
-        mark_dirty(conn, updated, 1.0)
+        updated = store_points(conn, run, points, np.zeros(len(values), np.int32), (), RunState(), 1.0, dirty=True)
     return updated
 
 

@@ -36,7 +36,7 @@ from app.service.settings import HTTP_SOURCE, Settings
 from app.store import runs as stored_runs
 from app.store.db import Store
 from app.store.runs import StoredFile, StoredRun
-from app.updates import Reported, analyze_now, due_for_analysis, mark_dirty, store_points
+from app.updates import Reported, analyze_now, due_for_analysis, store_points
 
 REQUEST = "request"  # the "file" posted points and rollbacks are recorded as coming from
 
@@ -78,8 +78,8 @@ def ingest_json(store: Store, run: str, body: bytes, ndjson: bool, strict: bool,
             return result
         segment, rollbacks, segments = _segments(fresh, triage.rewound, stored.state.segments)
         result.rollbacks = [{"tags": list(r.tags), "from_step": r.from_step, "to_step": r.to_step} for r in rollbacks]
-        updated = store_points(conn, stored, fresh, segment, rollbacks, RunState(segments, stored.state.plugins), now)
-        mark_dirty(conn, updated, now)
+        updated = store_points(conn, stored, fresh, segment, rollbacks, RunState(segments, stored.state.plugins), now,
+                               dirty=True)
     _assess(store, stored, updated, settings, now, result)
     return result
 
@@ -100,8 +100,8 @@ def rollback(store: Store, run: str, to_step: int, settings: Settings, now: floa
         maxima = {tag: min(step, to_step - 1) for tag, step in state.max_step.items()}
         segments = SegmentState(found.segment, maxima)
         empty = Points.empty()
-        updated = store_points(conn, stored, empty, np.empty(0, np.int32), (found,), RunState(segments, stored.state.plugins), now)
-        mark_dirty(conn, updated, now)
+        updated = store_points(conn, stored, empty, np.empty(0, np.int32), (found,), RunState(segments, stored.state.plugins), now,
+                               dirty=True)
         result.rollbacks = [{"tags": [], "from_step": found.from_step, "to_step": found.to_step}]
     _assess(store, stored, updated, settings, now, result)
     return result
@@ -132,10 +132,11 @@ def ingest_events(
         )
         segment, rollbacks, segments = assign_segments(read.points, [(0, file)], read.starts, stored.state.segments)
         stored_runs.save_files(conn, stored.id, {key: StoredFile(read.end_offset, read.end_offset, read.end.value)})
-        updated = store_points(conn, stored, read.points, segment, tuple(rollbacks), RunState(segments, tags.known_plugins()), now)
-        if not (len(read.points) or rollbacks):
+        changed = bool(len(read.points) or rollbacks)
+        updated = store_points(conn, stored, read.points, segment, tuple(rollbacks), RunState(segments, tags.known_plugins()), now,
+                               dirty=changed)
+        if not changed:
             return result
-        mark_dirty(conn, updated, now)
     _assess(store, stored, updated, settings, now, result)
     return result
 

@@ -4,6 +4,7 @@ transaction: points and the offsets they were read up to commit together or not 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -48,16 +49,23 @@ class StoredFile:
 
 
 def lock_run(conn: Connection, source: str, name: str, now: float) -> StoredRun:
-    """The run's row, created if new, locked until the transaction ends (PostgreSQL: FOR
-    UPDATE; SQLite: the transaction already holds the database's write lock)."""
-    insert = _insert(conn)(runs).values(
-        source=source, name=name, state=_state_json(RunState()), points=0, updated_at=now
+    """The run's row, created if new, locked until the transaction ends, in one statement:
+    an insert that, for a run already stored, updates nothing but takes the row's lock
+    (PostgreSQL: as FOR UPDATE would; SQLite: the transaction already holds the database's
+    write lock) and returns the row as it is once locked."""
+    params = {"source": source, "name": name, "state": _state_json(RunState()), "now": now}
+    return _stored(conn.execute(_lock_statement(conn.dialect.name), params).one())
+
+
+@functools.cache
+def _lock_statement(dialect: str) -> sa.Executable:
+    """Built once per dialect: every append runs it, and building costs more than running."""
+    insert = _insert(dialect)(runs).values(
+        source=sa.bindparam("source"), name=sa.bindparam("name"), state=sa.bindparam("state", type_=runs.c.state.type),
+        points=0, updated_at=sa.bindparam("now"),
     )
-    conn.execute(insert.on_conflict_do_nothing(index_elements=["source", "name"]))
-    query = sa.select(runs).where(runs.c.source == source, runs.c.name == name)
-    if conn.dialect.name == "postgresql":
-        query = query.with_for_update()
-    return _stored(conn.execute(query).one())
+    upsert = insert.on_conflict_do_update(index_elements=["source", "name"], set_={"name": insert.excluded.name})
+    return upsert.returning(*runs.c)
 
 
 def known_files(conn: Connection, source: str) -> dict[str, dict[str, StoredFile]]:
@@ -94,41 +102,74 @@ SMALL_CHUNK = 1024  # a tag's last chunk this small takes the next append in, ra
 def append_points(conn: Connection, run_id: int, points: Points, segment: np.ndarray) -> None:
     """Chunks of at most CHUNK_POINTS points per tag, in write order.  Small appends (a
     training loop posting every step) go into the tag's last chunk while it is small, so a
-    run's chunk count grows with its points, not with how often it was appended to."""
+    run's chunk count grows with its points, not with how often it was appended to.  The
+    statements do not grow with the tags posted: one read of the tags' last chunks, one
+    insert of any new tags, one batch of chunk updates and one of new chunks."""
     if not len(points):
         return
-    ids = _tag_ids(conn, run_id, [points.tags[t] for t in np.unique(points.tag)])
+    names = [points.tags[t] for t in np.unique(points.tag)]
+    lasts = _last_chunks(conn, run_id, names)
+    ids = {name: last.tag_id for name, last in lasts.items()} | _add_tags(conn, run_id, [n for n in names if n not in lasts])
     order = np.argsort(points.tag, kind="stable")
     bounds = np.flatnonzero(np.diff(points.tag[order])) + 1
-    rows = []
+    grown, rows = [], []
     for part in np.split(order, bounds):
-        tag_id = ids[points.tags[points.tag[part[0]]]]
+        name = points.tags[points.tag[part[0]]]
         columns = (points.step[part], segment[part], points.wall_time[part], points.value[part])
-        if len(part) < SMALL_CHUNK and _grow_last_chunk(conn, tag_id, columns):
+        last = lasts.get(name)
+        if len(part) < SMALL_CHUNK and last is not None and last.chunk_id is not None:
+            merged = [np.concatenate([old, new]) for old, new in zip(chunks.unpack(last.data, last.count), columns)]
+            row, summary = _chunk_row(ids[name], *merged)
+            grown.append(({"chunk_id": last.chunk_id, **row}, {"summarised": last.chunk_id, **summary}))
             continue
         for i in range(0, len(part), CHUNK_POINTS):
-            rows.append(_chunk_row(tag_id, *(c[i : i + CHUNK_POINTS] for c in columns)))
+            rows.append(_chunk_row(ids[name], *(c[i : i + CHUNK_POINTS] for c in columns)))
+    if grown:
+        conn.execute(_GROW_CHUNK, [row for row, _ in grown])
+        conn.execute(_GROW_SUMMARY, [summary for _, summary in grown])
     if rows:
         insert = chunk_table.insert().returning(chunk_table.c.id, sort_by_parameter_order=True)
         ids = conn.execute(insert, [row for row, _ in rows]).scalars().all()
         conn.execute(chunk_summaries.insert(), [{"chunk_id": i, **summary} for i, (_, summary) in zip(ids, rows)])
 
 
-def _grow_last_chunk(conn: Connection, tag_id: int, columns: tuple[np.ndarray, ...]) -> bool:
-    """Append to the tag's last chunk if it is small; False if there is none such."""
-    last = conn.execute(
-        sa.select(chunk_table.c.id, chunk_table.c.count, chunk_table.c.data)
-        .where(chunk_table.c.tag_id == tag_id)
-        .order_by(chunk_table.c.id.desc())
-        .limit(1)
-    ).first()
-    if last is None or last.count >= SMALL_CHUNK:
-        return False
-    merged = [np.concatenate([old, new]) for old, new in zip(chunks.unpack(last.data, last.count), columns)]
-    row, summary = _chunk_row(tag_id, *merged)
-    conn.execute(chunk_table.update().where(chunk_table.c.id == last.id).values(**row))
-    conn.execute(chunk_summaries.update().where(chunk_summaries.c.chunk_id == last.id).values(**summary))
-    return True
+@dataclass(frozen=True)
+class _LastChunk:
+    """A stored tag and its last chunk when that is small enough to grow (else chunk_id None)."""
+
+    tag_id: int
+    chunk_id: int | None
+    count: int | None
+    data: bytes | None
+
+
+def _last_chunks(conn: Connection, run_id: int, names: list[str]) -> dict[str, _LastChunk]:
+    """These tags of the run that are stored, each with its last chunk if small (one query)."""
+    rows = conn.execute(_LAST_CHUNKS, {"run_id": run_id, "names": names})
+    return {name: _LastChunk(tag_id, chunk_id, count, data) for name, tag_id, chunk_id, count, data in rows}
+
+
+def _last_chunks_query() -> sa.Select:
+    same_tag = chunk_table.alias("same_tag")
+    newest = sa.select(sa.func.max(same_tag.c.id)).where(same_tag.c.tag_id == tags.c.id).correlate(tags).scalar_subquery()
+    return (
+        sa.select(tags.c.name, tags.c.id, chunk_table.c.id, chunk_table.c.count, chunk_table.c.data)
+        .select_from(tags.outerjoin(chunk_table, sa.and_(chunk_table.c.id == newest, chunk_table.c.count < SMALL_CHUNK)))
+        .where(tags.c.run_id == sa.bindparam("run_id"), tags.c.name.in_(sa.bindparam("names", expanding=True)))
+    )
+
+
+_LAST_CHUNKS = _last_chunks_query()  # built once: every append runs it
+_GROW_CHUNK = chunk_table.update().where(chunk_table.c.id == sa.bindparam("chunk_id"))
+_GROW_SUMMARY = chunk_summaries.update().where(chunk_summaries.c.chunk_id == sa.bindparam("summarised"))
+
+
+def _add_tags(conn: Connection, run_id: int, names: list[str]) -> dict[str, int]:
+    """Store new tags of the run (its row is locked: no one else adds them meanwhile)."""
+    if not names:
+        return {}
+    added = conn.execute(tags.insert().returning(tags.c.name, tags.c.id), [{"run_id": run_id, "name": n} for n in names])
+    return dict(added.all())
 
 
 def _chunk_row(tag_id: int, step: np.ndarray, segment: np.ndarray, wall_time: np.ndarray, value: np.ndarray) -> tuple[dict, dict]:
@@ -194,26 +235,29 @@ def load_resumes(conn: Connection, run_id: int) -> tuple[Resume, ...]:
     return tuple(Resume(r.from_step, r.to_step, r.segment, r.wall_time, tuple(r.tags or ())) for r in conn.execute(query))
 
 
-def save_run(conn: Connection, run: StoredRun, state: RunState, points: int, last_step: int | None, now: float) -> None:
-    conn.execute(
-        runs.update()
-        .where(runs.c.id == run.id)
-        .values(state=_state_json(state), points=points, last_step=last_step, updated_at=now)
-    )
+def save_run(
+    conn: Connection, run: StoredRun, state: RunState, points: int, last_step: int | None, now: float,
+    liveness: Mapping[str, object] | None = None, dirty: bool = False,
+) -> None:
+    """The run's row after storing points, in one statement: its state and counts, its
+    `liveness` columns (app/liveness.py) and, when `dirty`, waiting for analysis since
+    `now` unless it already was."""
+    values = {"state": _state_json(state), "points": points, "last_step": last_step, "updated_at": now, **(liveness or {})}
+    params = {f"v_{column}": value for column, value in values.items()}
+    conn.execute(_save_statement(tuple(sorted(values)), dirty), {**params, "run_id": run.id, "dirty_at": now})
 
 
-def _tag_ids(conn: Connection, run_id: int, names: list[str]) -> dict[str, int]:
-    query = sa.select(tags.c.name, tags.c.id).where(tags.c.run_id == run_id)
-    ids = dict(conn.execute(query).all())
-    missing = [n for n in names if n not in ids]
-    if missing:
-        conn.execute(tags.insert(), [{"run_id": run_id, "name": n} for n in missing])
-        ids = dict(conn.execute(query).all())
-    return ids
+@functools.cache
+def _save_statement(columns: tuple[str, ...], dirty: bool) -> sa.Executable:
+    """Built once per set of columns: every append runs it."""
+    values = {column: sa.bindparam(f"v_{column}", type_=runs.c[column].type) for column in columns}
+    if dirty:
+        values["dirty_since"] = sa.func.coalesce(runs.c.dirty_since, sa.bindparam("dirty_at"))
+    return runs.update().where(runs.c.id == sa.bindparam("run_id")).values(**values)
 
 
-def _insert(conn: Connection):
-    if conn.dialect.name == "postgresql":
+def _insert(dialect: str):
+    if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert
     else:
         from sqlalchemy.dialects.sqlite import insert

@@ -1,0 +1,364 @@
+"""Small appends on PostgreSQL against a real `losswatch serve` (issue 11, "Ingest that scales
+out"), old code beside new in the same run:
+
+* statements: what one small append sends to the database (SQLAlchemy's
+  `before_cursor_execute`, in a process running the code under test): 10 points (5 steps x
+  2 tags) and 8 points (1 step x 8 tags) with the analysis deferred, and 10 points analysed
+  inline.  Transaction control (BEGIN, COMMIT) and the pool's ping are not counted;
+* small appends vs workers: 32 clients (one asyncio process, raw HTTP/1.1 over kept-alive
+  connections: the client costs little CPU), each a training loop posting 10 points to its
+  own run.  Paced at 200 requests/s in total for the latency (p50/p99, from when each request
+  was due), then closed-loop (each client posts again as soon as answered) for the max
+  sustained rate.  Server CPU (all its processes, from /proc) per request;
+* a 10-point append to a run already holding 10M points (8 tags x 1.25M steps, written by
+  direct store calls and analysed once), one client at 40 requests/s: p50/p99.  With the
+  default `--analysis-interval 1`, one answer a second carries the run's analysis inline.
+
+Rows "analysis deferred" serve with `--analysis-interval 3600`: every analysis runs in the
+background loop, so the answers cost the append alone (what a bulk loader sees).
+
+    .venv/bin/python bench/append.py                               # this checkout only
+    mkdir /tmp/lw-main && git archive main | tar -x -C /tmp/lw-main  # the old code, once,
+    cp app/ingest/_tfrecord.*.so /tmp/lw-main/app/ingest/            # with the built extension
+    .venv/bin/python bench/append.py --code /tmp/lw-main           # old beside new
+    .venv/bin/python bench/append.py --quick                       # 1M-point run, shorter phases
+
+Markdown on stdout, progress on stderr.  Goals: p99 <= 20 ms for the 10M-point append;
+>= 1,000 requests/s with 2 workers.  The machine's cores are shared by the client, the
+server and PostgreSQL: compare the columns of one run, not runs on different machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from analyzers.config import AnalysisConfig  # noqa: E402
+from app.ingest.logdir import RunState  # noqa: E402
+from app.ingest.restarts import SegmentState  # noqa: E402
+from app.service.settings import HTTP_SOURCE  # noqa: E402
+from app.store import runs as stored_runs  # noqa: E402
+from app.store.db import open_store  # noqa: E402
+from app.updates import reassess, store_points  # noqa: E402
+from bench.api import Server, free_port, losswatch_command, postgres_store, postgres_unreachable, stop, wait_healthy  # noqa: E402
+from bench.scale import TAGS8, points  # noqa: E402
+
+CLIENTS = 32
+PACED_RATE = 200.0  # requests/s, all clients together
+STEPS, TAGS = 5, ("train/loss", "train/grad_norm")  # 10 points a request
+BIG_STEPS = 1_250_000  # x 8 tags: the 10M-point run
+BIG_BATCH = 250_000  # steps stored per transaction while building it
+BIG_RATE = 40.0
+
+
+def progress(message: str) -> None:
+    print(f"[append bench] {message}", file=sys.stderr, flush=True)
+
+
+# --- the server ------------------------------------------------------------------------------
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and all its descendants (the workers), from /proc."""
+    total, pending = 0.0, [pid]
+    while pending:
+        p = pending.pop()
+        with contextlib.suppress(FileNotFoundError):
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            for task in Path(f"/proc/{p}/task").iterdir():
+                pending += [int(c) for c in (task / "children").read_text().split()]
+    return total
+
+
+@contextlib.contextmanager
+def serving(url: str, workdir: Path, code: Path | None, workers: int, deferred: bool = False) -> Iterator[Server]:
+    """`losswatch serve` of the code at `code` (None: this checkout); `deferred`: every
+    analysis in the background (`--analysis-interval 3600`), so answers cost the append alone."""
+    port = free_port()
+    log = workdir / f"serve-{port}.log"
+    env = {**os.environ, **({"PYTHONPATH": str(code)} if code else {})}
+    extra = (["--workers", str(workers)] if workers > 1 else []) + (["--analysis-interval", "3600"] if deferred else [])
+    with open(log, "wb") as sink:
+        process = subprocess.Popen(
+            [losswatch_command(), "serve", "--port", str(port), "--db", url, "--insecure", *extra],
+            stdout=sink, stderr=sink, cwd=workdir, env=env,
+        )
+    server = Server(f"http://127.0.0.1:{port}", process, log)
+    try:
+        wait_healthy(server, timeout=120)
+        yield server
+    finally:
+        stop(process)
+
+
+# --- the client ------------------------------------------------------------------------------
+
+
+def body(first: int, tags: tuple[str, ...] = TAGS, steps: int = STEPS) -> bytes:
+    records = [{"step": s, "tag": t, "value": 2.0 + ((s * 7919 + i) % 97) / 970.0}
+               for s in range(first, first + steps) for i, t in enumerate(tags)]
+    return json.dumps({"points": records}).encode()
+
+
+@dataclass
+class Load:
+    latencies: list[float] = field(default_factory=list)  # seconds, from when each was due
+    answers: Counter = field(default_factory=Counter)  # status, and "inline" for analysed answers
+    seconds: float = 0.0
+    cpu: float = 0.0  # the server's CPU seconds meanwhile
+
+    @property
+    def sent(self) -> int:
+        return len(self.latencies)
+
+
+class Connection:
+    """One kept-alive HTTP/1.1 connection posting to one run."""
+
+    def __init__(self, port: int, run: str, first_step: int) -> None:
+        self.port, self.path, self.step = port, f"/v1/runs/{run}/points", first_step
+
+    async def open(self) -> None:
+        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+
+    async def post(self, load: Load) -> None:
+        """Post the next 10 points; a connection the server closed (a worker replaced, an idle
+        keep-alive ended) is opened again and the post sent again (appends are idempotent)."""
+        payload = body(self.step)
+        self.step += STEPS
+        head = (f"POST {self.path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(payload)}\r\n\r\n").encode()
+        while True:
+            with contextlib.suppress(ConnectionError):
+                self.writer.write(head + payload)
+                if status_line := await self.reader.readline():
+                    break
+            load.answers["reconnected"] += 1
+            self.close()
+            await self.open()
+        length = 0
+        while (line := await self.reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.partition(b":")
+            if name.lower() == b"content-length":
+                length = int(value)
+        answer = await self.reader.readexactly(length)
+        status = int(status_line.split()[1])
+        load.answers[status] += 1
+        load.answers["inline"] += b'"analysis":"done"' in answer
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+async def run_load(connections: list[Connection], seconds: float, rate: float | None) -> Load:
+    """Each connection posts in turn: at `rate` in total (None: as fast as answered)."""
+    load = Load()
+    start = time.perf_counter()
+
+    async def client(c: int) -> None:
+        i = 0
+        while True:
+            due = start + (i * len(connections) + c) / rate if rate else time.perf_counter()
+            if due - start >= seconds:
+                return
+            if (wait := due - time.perf_counter()) > 0:
+                await asyncio.sleep(wait)
+            await connections[c].post(load)
+            load.latencies.append(time.perf_counter() - due)
+            i += 1
+
+    await asyncio.gather(*(client(c) for c in range(len(connections))))
+    load.seconds = time.perf_counter() - start
+    return load
+
+
+async def drive(
+    port: int, runs: list[tuple[str, int]], phases: list[tuple[float, float | None]], pid: int
+) -> tuple[list[Load], list[int]]:
+    """Open a connection per (run, first step), then run each (seconds, rate) phase; the
+    loads and the step each run's next post would start at."""
+    connections = [Connection(port, run, first) for run, first in runs]
+    await asyncio.gather(*(c.open() for c in connections))
+    loads = []
+    try:
+        for seconds, rate in phases:
+            cpu = tree_cpu_seconds(pid)
+            load = await run_load(connections, seconds, rate)
+            load.cpu = tree_cpu_seconds(pid) - cpu
+            loads.append(load)
+    finally:
+        for c in connections:
+            c.close()
+    return loads, [c.step for c in connections]
+
+
+def port_of(server: Server) -> int:
+    return int(server.base.rsplit(":", 1)[1])
+
+
+# --- the cases -------------------------------------------------------------------------------
+
+
+STATEMENTS_SNIPPET = textwrap.dedent("""
+    import json, sys
+    import sqlalchemy as sa
+    from app.service.ingest import ingest_json
+    from app.service.settings import Settings
+    from app.store.db import open_store
+    store = open_store(sys.argv[1])
+    def ndjson(first, steps, tags):
+        return "\\n".join(json.dumps({"step": s, "tag": t, "value": 3.0 - s / 1000})
+                          for s in range(first, first + steps) for t in tags).encode()
+    def count(run, first, steps, tags, interval, now):
+        sent = []
+        def record(*args):
+            sent.append(1)
+        sa.event.listen(store.engine, "before_cursor_execute", record)
+        ingest_json(store, run, ndjson(first, steps, tags), True, True, Settings(analysis_interval=interval), now)
+        sa.event.remove(store.engine, "before_cursor_execute", record)
+        return len(sent)
+    two, eight = ("train/loss", "train/grad_norm"), tuple(f"t{i}" for i in range(8))
+    ingest_json(store, "two", ndjson(0, 100, two), True, True, Settings(), 1000.0)
+    ingest_json(store, "eight", ndjson(0, 100, eight), True, True, Settings(), 1000.0)
+    print(json.dumps([count("two", 100, 5, two, 3600.0, 1001.0), count("eight", 100, 1, eight, 3600.0, 1001.0),
+                      count("two", 105, 5, two, 0.0, 1002.0)]))
+""")
+
+
+def statements(code: Path | None) -> list[int]:
+    """[10 points deferred, 8 tags deferred, 10 points analysed inline] of the code at `code`."""
+    code = code or Path(__file__).resolve().parents[1]
+    with postgres_store() as store:
+        env = {**os.environ, "PYTHONPATH": str(code)}
+        out = subprocess.run([sys.executable, "-c", STATEMENTS_SNIPPET, store.url], env=env, cwd=code,
+                             capture_output=True, check=True, text=True)
+        return json.loads(out.stdout)
+
+
+def small_appends(code: Path | None, workers: int, deferred: bool, seconds: float, workdir: Path) -> tuple[Load, Load]:
+    """(paced, closed-loop) small appends, each client to its own run, on a fresh schema."""
+    with postgres_store() as store, serving(store.url, workdir, code, workers, deferred) as server:
+        runs = [(f"loop-{c}", 0) for c in range(CLIENTS)]
+        phases = [(2.0, None), (seconds, PACED_RATE), (seconds, None)]
+        (_, paced, closed), _ = asyncio.run(drive(port_of(server), runs, phases, server.process.pid))
+        return paced, closed
+
+
+def build_big_run(url: str, steps: int) -> str:
+    """One run of `steps` steps x 8 tags posted-run style (source http), analysed once."""
+    store = open_store(url)
+    name = "big"
+    try:
+        for first in range(0, steps, BIG_BATCH):
+            batch = points(first, min(BIG_BATCH, steps - first), TAGS8, seed=1)
+            with store.write() as conn:
+                run = stored_runs.lock_run(conn, HTTP_SOURCE, name, time.time())
+                state = RunState(SegmentState(0, {t: first + len(batch) // len(TAGS8) - 1 for t in TAGS8}), {})
+                store_points(conn, run, batch, np.zeros(len(batch), np.int32), (), state, time.time())
+            progress(f"stored {first + BIG_BATCH:,} of {steps:,} steps")
+        started = time.perf_counter()
+        with store.write() as conn:
+            run = stored_runs.lock_run(conn, HTTP_SOURCE, name, time.time())
+            reassess(conn, run, AnalysisConfig(), (), time.time())
+        progress(f"analysed the run once in {time.perf_counter() - started:.1f} s")
+    finally:
+        store.close()
+    return name
+
+
+def big_appends(
+    url: str, name: str, first: int, code: Path | None, deferred: bool, seconds: float, workdir: Path
+) -> tuple[Load, int]:
+    """Appends to the big run from step `first`: the load, and the step the next would start at."""
+    with serving(url, workdir, code, 1, deferred) as server:
+        phases = [(1.0, None), (seconds, BIG_RATE)]
+        (_, load), (after,) = asyncio.run(drive(port_of(server), [(name, first)], phases, server.process.pid))
+        return load, after
+
+
+# --- the tables ------------------------------------------------------------------------------
+
+
+def table(headers: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
+
+
+def ms(load: Load, q: float) -> str:
+    return f"{np.percentile(load.latencies, q) * 1000:.1f}"
+
+
+def load_row(label: str, load: Load) -> list:
+    errors = load.sent - load.answers[200]
+    return [label, load.sent, f"{load.sent / load.seconds:.0f}", ms(load, 50), ms(load, 99), ms(load, 100),
+            f"{load.cpu / max(load.sent, 1) * 1000:.2f}", load.answers["inline"], errors, load.answers["reconnected"]]
+
+
+def case_label(code: str, workers: int, deferred: bool) -> str:
+    return f"{code}, {workers}" + (", analysis deferred" if deferred else "")
+
+
+LOAD_HEADERS = ["code, workers", "requests", "req/s", "p50 ms", "p99 ms", "max ms", "server CPU ms/req", "analysed inline",
+                "not 200", "reconnected"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--code", type=Path, help="a checkout of the old code (e.g. main), run beside this one")
+    parser.add_argument("--quick", action="store_true", help="a 1M-point run and 5 s phases")
+    args = parser.parse_args()
+    if reason := postgres_unreachable():
+        sys.exit(f"append bench: {reason}")
+    seconds, big_steps = (5.0, 125_000) if args.quick else (10.0, BIG_STEPS)
+    codes = ([("old", args.code)] if args.code else []) + [("new", None)]
+    print("### Statements per small append (PostgreSQL)\n")
+    rows = []
+    for label, code in codes:
+        progress(f"statements: {label}")
+        rows.append([label, *statements(code)])
+    print(table(["code", "10 points, 2 tags, deferred", "8 points, 8 tags, deferred", "10 points, analysed inline"], rows))
+    with tempfile.TemporaryDirectory(prefix="append-bench-") as tmp:
+        workdir = Path(tmp)
+        paced_rows, closed_rows = [], []
+        cases = [(label, code, 1, False) for label, code in codes] + [("new", None, 2, False), ("new", None, 2, True)]
+        for label, code, workers, deferred in cases:
+            progress(f"small appends: {label}, {workers} worker(s){', analysis deferred' if deferred else ''}")
+            paced, closed = small_appends(code, workers, deferred, seconds, workdir)
+            paced_rows.append(load_row(case_label(label, workers, deferred), paced))
+            closed_rows.append(load_row(case_label(label, workers, deferred), closed))
+        print(f"\n### Small appends, {CLIENTS} clients, paced at {PACED_RATE:.0f} req/s ({seconds:.0f} s)\n")
+        print(table(LOAD_HEADERS, paced_rows))
+        print(f"\n### Small appends, {CLIENTS} clients, closed loop: max sustained rate ({seconds:.0f} s)\n")
+        print(table(LOAD_HEADERS, closed_rows))
+        with postgres_store() as store:
+            progress(f"building a run of {big_steps:,} steps x {len(TAGS8)} tags")
+            name = build_big_run(store.url, big_steps)
+            rows, first = [], big_steps
+            for label, code, deferred in [(label, code, False) for label, code in codes] + [("new", None, True)]:
+                progress(f"appends to the big run: {label}{', analysis deferred' if deferred else ''}")
+                load, first = big_appends(store.url, name, first, code, deferred, seconds, workdir)
+                rows.append(load_row(case_label(label, 1, deferred), load))
+        print(f"\n### 10-point appends to a run of {big_steps * len(TAGS8):,} points, one client at {BIG_RATE:.0f} req/s "
+              f"({seconds:.0f} s)\n")
+        print(table(LOAD_HEADERS, rows))
+
+
+if __name__ == "__main__":
+    main()
