@@ -68,7 +68,7 @@ def _fail_for(monkeypatch, bad_run: str) -> None:
         return real(run_series, config)
 
     monkeypatch.setattr(analysis, "analyze_run", analyze_run)
-    feed = incremental.feed_run  # the store's path: the streaming analysis of new writes
+    feed = incremental.feed_run  # the store's path (the streaming analysis of new writes) and `analyze`'s
 
     def feed_run(state, writes, *args, **kwargs):
         if "bad/loss" in writes or "bad/loss" in state.tags:
@@ -76,6 +76,7 @@ def _fail_for(monkeypatch, bad_run: str) -> None:
         return feed(state, writes, *args, **kwargs)
 
     monkeypatch.setattr(incremental, "feed_run", feed_run)
+    monkeypatch.setattr(analysis, "feed_run", feed_run)  # `analyze`'s path: a source analysed as it is read
 
 
 def test_analyze_reports_the_failed_run_and_analyses_the_others(tmp_path, monkeypatch):
