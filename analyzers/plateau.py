@@ -32,7 +32,7 @@ Three cases, each a warning on the loss tag:
 * **learning rate frozen mid-decay**: an LR that fell at every one of its last `points`
   logged points (a continuous decay: cosine, linear, exponential; a step schedule holds
   between its drops) and then repeats one value for `points` points and `lr_steps` steps, at
-  more than `frozen_share` (10%) of its peak (for as long), while the loss does not improve: a scheduler
+  more than `frozen_share` (10%) of its peak, while the loss does not improve: a scheduler
   no longer stepped.  A planned floor is at most 10% of the peak (LLaMA's cosine ends at
   10%, most at 0 or 1%), and a warm-up that ends in a constant LR (or a WSD schedule's
   stable phase) rose before it, never fell.  Any other LR that stops moving is not alerted:
@@ -287,8 +287,9 @@ class ZeroLRDetector:
     on the LR tag: the plateau alert goes on the loss, by `stalled_plateaus`).  Zero is 0,
     or a value at most `zero_lr` of the peak that repeats or that one drop reached: a
     schedule decaying towards 0 moves at every point and by less than 100x, a scheduler bug
-    or a run left going at the end of its schedule does not.  Frozen is a value over `frozen_share` of the peak that repeats right after
-    the LR fell at `points` points in a row."""
+    or a run left going at the end of its schedule does not.  Frozen is a value over
+    `frozen_share` of the peak that repeats right after the LR fell at `points` points in a
+    row."""
 
     def __init__(self, config: PlateauConfig = PlateauConfig()) -> None:
         self.config = config
