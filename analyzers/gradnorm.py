@@ -30,7 +30,7 @@ explosion (it rose 6-9x per step over its first three points over the line).
 An explosion is told once a second point stands over the line, or when it closes: a
 one-point jump that is back at the next point (a 12x blip of a char-LM's fp16 grad norm,
 `charlm_fp16_lr_jump` at step 1736, with the loss unmoved) is informational unless a loss
-spike follows it (`analyzers.analyze._join`).
+spike follows it (`analyzers.incidents.join_explosions`).
 
 Stuck.  `stuck_points` (50) identical finite values in a row: a norm that is not measured,
 or steps that are skipped.
@@ -123,7 +123,7 @@ class GradNormDetector:
             explosions, closed = self._explosions(state.explosions, x, t)
         stuck, done, ongoing = self._stuck(tag, state.stuck, x, t)
         # one point over the line so far: told once a second is, or once it closes (a
-        # one-point blip that clipping absorbed is then only informational, see analyze._join)
+        # one-point blip that clipping absorbed is then only informational: incidents.join_explosions)
         opened = [explosions.open] if explosions.open and explosions.open.points > 1 else []
         findings_open = [self._explosion_finding(tag, e, ongoing=True) for e in opened] + ongoing
         findings_closed = [self._explosion_finding(tag, e, ongoing=False) for e in closed] + done
