@@ -12,12 +12,23 @@ diverged).
   `floor` (1) for `floor_points` (2) points in a row after being above it (critical).  A
   healthy sawtooth moves one halving below its peak (sample_runs/fp16_overflow: 524288 <->
   262144); fp16_overflow's collapse reached 8192 (64x) at step 1725 and the floor at 1931.
-* Onset: the first point after the scale was last at its peak (fp16_overflow: 1293, after the
-  skip at 1292 it never got back to 524288).  The collapse lasts until the scale is back at
-  its peak; it is ongoing while the scale is 64x below it or at the floor.
+* Onset: the first point after the scale last stood (held or grew) within one halving of
+  its peak.  One halving below the peak is the healthy sawtooth, where a scaler may sit for hundreds of
+  steps (fp16_overflow: 262144 from the skip at 1293 to 1522, then down at every few steps
+  from 1523; a char-LM's GradScaler one halving below its peak for 59 steps before its
+  collapse at 1101, bench/trained charlm_fp16_collapse_b): the collapse begins where the
+  scale leaves that band, and no earlier than the first halving of the descent that
+  reached the collapse: halvings with fewer than `hold_points` (128) points between them.
+  A scale that held 128 points without a halving was not collapsing then (fp16_overflow's
+  descent halved every 27-88 steps after holding 230; a scale kept two halvings down for
+  800 steps by two ordinary skips collapses where it starts halving again, tests/
+  test_detectors.py).  The collapse lasts until the scale is back at its peak; it is
+  ongoing while the scale is 64x below it or at the floor.  Its drops are counted from the
+  last point at the peak.
 
-Streaming state: the previous value, the peak, the largest value seen, the floor run, the
-drops since the peak and the open collapse.
+Streaming state: the previous value, the peak, the largest value seen, where the scale
+left its one-halving band, where its descent began, the floor run, the drops since the peak and the
+open collapse.
 """
 
 from __future__ import annotations
@@ -37,6 +48,7 @@ class LossScaleConfig:
     collapse_factor: float = 2.0**6  # fell this many times below its running peak
     floor: float = 1.0  # at or below this the scaler has nothing left to give
     floor_points: int = 2  # points in a row at the floor before it counts as stuck
+    hold_points: int = 128  # a scale that held this many points without a halving was not collapsing
 
 
 @dataclass(frozen=True)
@@ -57,7 +69,9 @@ class LossScaleState(StreamState):
     calibrating: bool  # no point has held or grown yet
     peak: float | None  # the running peak since calibration
     biggest: float | None  # the largest value, calibration included
-    left_step: int | None  # the first point after the last one at the peak (None: at it)
+    slid_step: int | None  # the first point after the last one that stood within a halving of the peak (None: it stood)
+    descent_step: int | None  # the first drop of the latest run of drops less than hold_points apart
+    since_drop: int  # points after the last drop
     drops: int  # drops since the last point at the peak
     floor_run: int  # points in a row at or below the floor
     open: Collapse | None
@@ -72,7 +86,8 @@ class LossScaleDetector:
 
     def start(self) -> LossScaleState:
         return LossScaleState(
-            prev=None, calibrating=True, peak=None, biggest=None, left_step=None, drops=0, floor_run=0, open=None
+            prev=None, calibrating=True, peak=None, biggest=None, slid_step=None, descent_step=None, since_drop=0,
+            drops=0, floor_run=0, open=None,
         )
 
     def feed(
@@ -85,9 +100,10 @@ class LossScaleDetector:
         with np.errstate(invalid="ignore", over="ignore"):
             peak, ref, calibrating = self._peaks(state, x)
             at_ref = x >= ref
+            near_ref = x * 2 >= ref
             collapsed = (x * c.collapse_factor <= peak) & (x < peak)  # a scale of 0 has not fallen from 0
             low = x <= c.floor
-        marks = _Marks(state, x, t, at_ref)
+        marks = _Marks(state, x, t, at_ref, near_ref, c.hold_points)
         floor_run = run_lengths(low, state.floor_run) if state.floor_run or low.any() else np.zeros(len(x), np.int64)
         stuck = floor_run >= c.floor_points
         if stuck.any():  # at the floor, after being above it
@@ -105,7 +121,9 @@ class LossScaleDetector:
             calibrating=calibrating,
             peak=None if np.isnan(peak[-1]) else float(peak[-1]),
             biggest=float(x.max()) if state.biggest is None else max(state.biggest, float(x.max())),
-            left_step=None if at_ref[-1] else marks.left(len(x) - 1),
+            slid_step=marks.slid_after(),
+            descent_step=marks.descent(len(x) - 1),
+            since_drop=marks.since_drop(),
             drops=marks.since(len(x) - 1),
             floor_run=int(floor_run[-1]),
             open=current,
@@ -161,7 +179,7 @@ class LossScaleDetector:
                     break
                 pos += int(opens[0])
                 current = Collapse(
-                    onset_step=marks.left(pos), top=float(ref[pos]), low_step=int(t[pos]), low=float(x[pos]),
+                    onset_step=marks.onset(pos), top=float(ref[pos]), low_step=int(t[pos]), low=float(x[pos]),
                     drops=marks.since(pos), stuck=False, last_step=int(t[pos]), ongoing=True,
                 )
             ends = np.flatnonzero(back[pos:])
@@ -206,31 +224,68 @@ class LossScaleDetector:
 
 
 class _Marks:
-    """Where the scale was last at its peak, and how often it dropped since, at any point of
-    one feed (looked up only where a collapse needs them)."""
+    """Where the scale was last at its peak or within a halving of it, and how often it
+    dropped since, at any point of one feed (looked up only where a collapse needs them)."""
 
-    def __init__(self, state: LossScaleState, x: np.ndarray, t: np.ndarray, at_ref: np.ndarray) -> None:
-        self.state, self.t = state, t
+    def __init__(
+        self, state: LossScaleState, x: np.ndarray, t: np.ndarray, at_ref: np.ndarray, near_ref: np.ndarray, hold: int
+    ) -> None:
+        self.state, self.t, self.n = state, t, len(x)
         self.refs = np.flatnonzero(at_ref)
         first_drop = state.prev is not None and x[0] < state.prev
         self.drops = np.flatnonzero(x[1:] < x[:-1]) + 1
         if first_drop:
             self.drops = np.insert(self.drops, 0, 0)
+        stood = near_ref.copy()  # held or grew within a halving of the peak
+        stood[self.drops] = False
+        self.stood = np.flatnonzero(stood)
+        # where each drop's descent began: a drop more than `hold` points after the one
+        # before (or the first ever) begins one
+        before = self.drops[0] + state.since_drop + 1 if state.descent_step is not None and len(self.drops) else hold + 1
+        gaps = np.diff(self.drops, prepend=self.drops[0] - before) if len(self.drops) else self.drops
+        begins = np.maximum.accumulate(np.where(gaps > hold, np.arange(len(self.drops)), -1))
+        self.began = np.where(begins >= 0, t[self.drops[np.maximum(begins, 0)]], -1)
 
-    def _last_ref(self, i: int) -> int:
-        j = int(np.searchsorted(self.refs, i, side="right")) - 1
-        return int(self.refs[j]) if j >= 0 else -1
+    @staticmethod
+    def _last(marks: np.ndarray, i: int) -> int:
+        j = int(np.searchsorted(marks, i, side="right")) - 1
+        return int(marks[j]) if j >= 0 else -1
 
-    def left(self, i: int) -> int:
-        """The first point after the last one at the peak, up to point i."""
-        last = self._last_ref(i)
+    def slid(self, i: int) -> int:
+        """The first point after the last one where the scale stood within a halving of the
+        peak (held or grew there: a halving into the band may be the descent's first), up to
+        point i."""
+        last = self._last(self.stood, i)
         if last >= 0:
             return int(self.t[min(last + 1, i)])
-        return self.state.left_step if self.state.left_step is not None else int(self.t[0])
+        return self.state.slid_step if self.state.slid_step is not None else int(self.t[0])
+
+    def slid_after(self) -> int | None:
+        """`slid` at the end of the feed, None if the last point stood within the band."""
+        return None if len(self.stood) and self.stood[-1] == self.n - 1 else self.slid(self.n - 1)
+
+    def descent(self, i: int) -> int | None:
+        """The step where the descent holding the last drop up to point i began (None: no drop yet)."""
+        j = int(np.searchsorted(self.drops, i, side="right")) - 1
+        if j < 0 or self.began[j] < 0:
+            return self.state.descent_step
+        return int(self.began[j])
+
+    def onset(self, i: int) -> int:
+        """Where a collapse seen at point i began: where the scale left its one-halving band,
+        or later where its descent began."""
+        descent = self.descent(i)
+        return max(self.slid(i), descent) if descent is not None else self.slid(i)
+
+    def since_drop(self) -> int:
+        """Points after the last drop, at the end of the feed."""
+        if len(self.drops):
+            return self.n - 1 - int(self.drops[-1])
+        return self.state.since_drop + self.n
 
     def since(self, i: int) -> int:
         """Drops after the last point at the peak, up to point i."""
-        last = self._last_ref(i)
+        last = self._last(self.refs, i)
         upto = int(np.searchsorted(self.drops, i, side="right"))
         if last >= 0:
             return upto - int(np.searchsorted(self.drops, last, side="right"))

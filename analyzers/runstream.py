@@ -87,7 +87,7 @@ class StateOutdated(Exception):
 
 
 # Raise when any detector's state changes shape.
-STATE_FORMAT = 2
+STATE_FORMAT = 3
 
 
 # -- the state --------------------------------------------------------------------------

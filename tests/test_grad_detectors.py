@@ -188,11 +188,22 @@ def test_the_scalers_calibration_is_not_a_collapse():
 
 def test_fp16_overflow_collapses_from_its_last_peak_to_the_floor(fp16_overflow):
     [collapse] = LossScaleDetector().detect(fp16_overflow.series["train/loss_scale"])
-    assert (collapse.start_step, collapse.peak_step, collapse.end_step) == (1293, 1931, 1980)
+    assert (collapse.start_step, collapse.peak_step, collapse.end_step) == (1523, 1931, 1980)
     assert (collapse.severity, collapse.ongoing) == (Severity.CRITICAL, True)
     assert collapse.message == (
         "train/loss_scale fell from 524288 to its floor 1 by step 1931 (19 drops, 19 halvings' worth): fp16 overflows on most steps"
     )
+
+
+def test_a_collapse_begins_where_the_scale_left_its_sawtooth():
+    # charlm_fp16_collapse_b: an overflow skip one halving below the peak at 1042, 59 calm
+    # steps there, then a halving at every step from 1101 when the LR jumped
+    scale = np.r_[np.full(200, 65536.0), np.full(842, 131072.0), np.full(59, 65536.0), 65536 * 0.5 ** np.arange(1, 60)]
+    steps = np.arange(len(scale))
+    [f] = LossScaleDetector().detect(series(scale, "loss_scale", Role.LOSS_SCALE))
+    assert (f.start_step, f.baseline) == (1101, 131072.0)
+    for cuts in ([1042, 1101], [1100], [1101, 1102], [1041, 1043, 1110]):
+        assert feed_in_pieces(LossScaleDetector(), steps, scale, cuts, "loss_scale", checks=3) == [f]
 
 
 def test_a_collapse_ends_when_the_scale_is_back_at_its_peak():
