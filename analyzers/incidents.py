@@ -34,11 +34,22 @@ def join_explosions(explosions: list[Finding], spikes: list[Finding], lead: int)
             replace(
                 explosion,
                 severity=spike.severity,  # one incident: as serious as what the loss did
-                message=f"{explosion.message}; {spike.tag} spikes {spike.start_step - start:+d} steps later",
+                message=f"{explosion.message}; {_spike_when(spike, start)}",
                 evidence={**explosion.evidence, "loss_spike_step": spike.start_step, "loss_spike_tag": spike.tag},
             )
         )
     return joined, spikes
+
+
+def _spike_when(spike: Finding, start: int) -> str:
+    """When the loss spiked, told from the explosion's onset (a spike already under way when
+    the norm exploded is one incident too: the norm blew up while the loss was up)."""
+    lag = spike.start_step - start
+    if lag > 0:
+        return f"{spike.tag} spikes {lag} step{'s' if lag != 1 else ''} later"
+    if lag < 0:
+        return f"{spike.tag} had spiked {-lag} step{'s' if lag != -1 else ''} before"
+    return f"{spike.tag} spikes at the same step"
 
 
 def _absorbed(explosion: Finding) -> Finding:

@@ -38,7 +38,16 @@ def test_grad_norm_explosion_leading_a_loss_spike_is_one_incident():
     assert explosion.evidence["orders_of_magnitude"] == pytest.approx(np.log10(960 / 0.25), abs=0.1)
     assert explosion.evidence["loss_spike_step"] == 1500
     assert spike.evidence["grad_norm_explosion_step"] == 1497
-    assert "spikes +3 steps later" in explosion.message
+    assert explosion.message.endswith("; train/loss spikes 3 steps later")
+
+
+def test_a_grad_norm_explosion_after_its_loss_spike_began_says_so():
+    loss, grad = noisy(3000, 2.2, 0.01), noisy(3000, 0.25, 0.1, seed=1)
+    loss[1500:1536] *= np.linspace(5.1 / 2.2, 1, 36)
+    grad[1507:1509] = [9.0, 12.0]
+    [explosion] = kinds(analyze_run(run({"train/loss": loss, "grad_norm": grad})), Kind.GRAD_NORM_EXPLOSION)
+    assert explosion.evidence["loss_spike_step"] == 1500
+    assert explosion.message.endswith("; train/loss had spiked 7 steps before")
 
 
 def test_grad_norm_explosion_without_a_spike_stands_alone():
