@@ -27,8 +27,14 @@ jumps `ratio` times over the median of its last `settle_points` points starts a 
 norm exploded again on top of an elevated level.  Eight points keep BLOOM's climb one
 explosion (it rose 6-9x per step over its first three points over the line).
 
-An explosion is told once a second point stands over the line, or when it closes: a
-one-point jump that is back at the next point (a 12x blip of a char-LM's fp16 grad norm,
+An overflow (+Inf) stands over the line too: fp16 runs log Inf for the steps the scaler
+skips, and an explosion under fp16 often opens with a few of them (the char-LMs' LR jumps,
+bench/trained `charlm_fp16_lr_jump` and `charlm_fp16_collapse_b`: Inf at 4 steps, then
+9-15x), so its onset is the first Inf.  An explosion of Inf points only (an overflow skip)
+is left to the NaN/Inf detector; its peak and size are of its finite points.
+
+An explosion is told once a second point stands over the line and one of them is finite,
+or when it closes: a one-point jump that is back at the next point (a 12x blip of a char-LM's fp16 grad norm,
 `charlm_fp16_lr_jump` at step 1736, with the loss unmoved) is informational unless a loss
 spike follows it (`analyzers.incidents.join_explosions`).
 
@@ -71,10 +77,11 @@ class Explosion(StreamState):
     recent: float  # the trailing median at onset: what a baseline that follows would say
     again: bool  # exploded on top of an elevated norm
     peak_step: int
-    peak_value: float
+    peak_value: float  # the largest finite value over the line (-inf: none yet)
     last_over_step: int
     back_step: int | None  # the first point under the line after the last one over it
     points: int  # points over the line
+    overflows: int  # of which +Inf
     length: int  # points from the onset to the last one seen
     below: int  # points under the line since the last one over it
 
@@ -118,15 +125,18 @@ class GradNormDetector:
     def feed(
         self, state: GradNormState, step: np.ndarray, value: np.ndarray, tag: str = ""
     ) -> tuple[GradNormState, list[Finding], list[Finding]]:
-        t, x = finite_points(step, value)
+        t, x = _judged_points(step, value)
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
             explosions, closed = self._explosions(state.explosions, x, t)
-        stuck, done, ongoing = self._stuck(tag, state.stuck, x, t)
+        ft, fx = finite_points(step, value)
+        stuck, done, ongoing = self._stuck(tag, state.stuck, fx, ft)
         # one point over the line so far: told once a second is, or once it closes (a
-        # one-point blip that clipping absorbed is then only informational: incidents.join_explosions)
-        opened = [explosions.open] if explosions.open and explosions.open.points > 1 else []
+        # one-point blip that clipping absorbed is then only informational: incidents.join_explosions);
+        # Inf alone is an overflow skip, the NaN/Inf detector's
+        opened = [e for e in [explosions.open] if e and e.points > 1 and e.points > e.overflows]
         findings_open = [self._explosion_finding(tag, e, ongoing=True) for e in opened] + ongoing
-        findings_closed = [self._explosion_finding(tag, e, ongoing=False) for e in closed] + done
+        told = [e for e in closed if e.points > e.overflows]
+        findings_closed = [self._explosion_finding(tag, e, ongoing=False) for e in told] + done
         return GradNormState(explosions, stuck), findings_closed, findings_open
 
     # -- explosions --------------------------------------------------------------------
@@ -189,7 +199,7 @@ class GradNormDetector:
         # the open explosion's onset and last point over the line, as indices into this feed
         onset = -current.length if current else 0
         last = -1 - current.below if current else -1
-        jumps = over & (settled > 0) & (x >= c.ratio * settled)
+        jumps = over & np.isfinite(x) & (settled > 0) & (x >= c.ratio * settled)
         o = np.flatnonzero(over)
         for group in np.split(o, np.flatnonzero(np.diff(o) > c.gap_points) + 1) if len(o) else []:
             first = int(group[0])
@@ -225,10 +235,11 @@ class GradNormDetector:
         i: int, x: np.ndarray, t: np.ndarray, level: np.ndarray, trailing: np.ndarray, settled: np.ndarray, *, again: bool
     ) -> Explosion:
         base = float(settled[i]) if again else float(level[i])
+        finite = bool(np.isfinite(x[i]))
         return Explosion(
             onset_step=int(t[i]), base=base, calm=float(level[i]), recent=float(trailing[i]), again=again,
-            peak_step=int(t[i]), peak_value=float(x[i]), last_over_step=int(t[i]), back_step=None,
-            points=1, length=1, below=0,
+            peak_step=int(t[i]), peak_value=float(x[i]) if finite else -math.inf, last_over_step=int(t[i]),
+            back_step=None, points=1, overflows=0 if finite else 1, length=1, below=0,
         )
 
     @staticmethod
@@ -236,11 +247,14 @@ class GradNormDetector:
         """`e` with more points over the line (indices into this feed, in order)."""
         if not len(members):
             return e
-        top = int(members[np.argmax(x[members])])
-        peak = (int(t[top]), float(x[top])) if x[top] > e.peak_value else (e.peak_step, e.peak_value)
+        finite = members[np.isfinite(x[members])]
+        peak = (e.peak_step, e.peak_value)
+        if len(finite):
+            top = int(finite[np.argmax(x[finite])])
+            peak = (int(t[top]), float(x[top])) if x[top] > e.peak_value else peak
         return replace(
             e, peak_step=peak[0], peak_value=peak[1], last_over_step=int(t[members[-1]]), back_step=None,
-            points=e.points + len(members),
+            points=e.points + len(members), overflows=e.overflows + len(members) - len(finite),
         )
 
     @staticmethod
@@ -263,6 +277,8 @@ class GradNormDetector:
             message = f"{tag} exploded at step {e.onset_step}: {size})"
             if e.recent >= self.config.elevated * e.base:
                 message += f"; measured against its last calm level, its recent median had risen to {e.recent:.3g}"
+        if e.overflows:
+            message += f"; Inf at {e.overflows} of its points"
         return Finding(
             kind=Kind.GRAD_NORM_EXPLOSION,
             tag=tag,
@@ -283,6 +299,7 @@ class GradNormDetector:
             evidence={
                 "orders_of_magnitude": orders,
                 "points": e.points,
+                "overflows": e.overflows,
                 "calm_level": e.calm,
                 "recent_median": e.recent,
                 "again": e.again,
@@ -337,6 +354,14 @@ class GradNormDetector:
             ),
             evidence={"points": run.points},
         )
+
+
+def _judged_points(step: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The points explosions are judged on: the finite ones and +Inf (an overflow)."""
+    keep = ~np.isnan(value) & (value != -np.inf)
+    if keep.all():
+        return np.asarray(step, np.int64), np.asarray(value, np.float64)
+    return np.asarray(step, np.int64)[keep], np.asarray(value, np.float64)[keep]
 
 
 def _settled(ext: np.ndarray, k: int, over: np.ndarray, size: int) -> np.ndarray:

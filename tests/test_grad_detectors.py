@@ -88,6 +88,24 @@ def test_blooms_climb_over_five_steps_is_one_explosion():
     assert (explosion.start_step, explosion.peak_step, explosion.end_step) == (1497, 1499, 1500)
 
 
+def test_an_explosion_under_fp16_begins_at_its_first_overflow():
+    # charlm_fp16_collapse_b at 1101: the scaler skips 4 steps (Inf), then 9.7x, 5.5x, Inf, 18x
+    grad = calm(2000, 0.87)
+    grad[1101:1112] = [np.inf] * 4 + [8.46, 4.82, np.inf, 15.6, np.inf, 14.7, 18.2]
+    [explosion] = explosions(grad)
+    assert (explosion.start_step, explosion.peak_step, explosion.peak_value) == (1101, 1111, 18.2)
+    assert (explosion.evidence["points"], explosion.evidence["overflows"]) == (9, 6)
+    assert explosion.message == "grad_norm exploded at step 1101: 0.87 -> 18.2 (20.9x, 1.3 orders of magnitude); Inf at 6 of its points"
+    steps = np.arange(2000)
+    assert feed_in_pieces(GradNormDetector(), steps, grad, [1103, 1105, 1108], "grad_norm", checks=3) == [explosion]
+
+
+def test_an_overflow_skip_alone_is_no_explosion():
+    grad = calm(2000, 0.87)
+    grad[[500, 900, 901]] = np.inf  # what a healthy fp16 scaler logs now and then
+    assert explosions(grad) == []
+
+
 def test_an_elevated_norm_that_lasts_becomes_the_new_level():
     grad = calm(3000)
     grad[1000:] *= 4  # a resume with a bigger batch: 4x, for good
