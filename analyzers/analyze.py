@@ -9,7 +9,7 @@ import numpy as np
 from analyzers.config import AnalysisConfig
 from analyzers.findings import Finding, Kind
 from analyzers.gradnorm import GradNormDetector
-from analyzers.incidents import explained_by_spike, join_explosions, overfitting_tells
+from analyzers.incidents import explained_by_spike, join_explosions, overfitting_tells, told_by_loss_nan
 from analyzers.lossscale import LossScaleDetector
 from analyzers.nonfinite import NonFiniteDetector
 from analyzers.overfitting import EvalRiseDetector, judge, train_counterpart
@@ -37,10 +37,12 @@ def _analyze(run: RunSeries, config: AnalysisConfig) -> list[Finding]:
     explosions, spikes = join_explosions(explosions, spikes, config.incident_steps)
     trends = _trends(run, config, spikes, explosions)
     spikes = [s for s in spikes if not overfitting_tells(s, trends)]
+    nonfinite = NonFiniteDetector(config.nonfinite).detect(run)
+    loss_tags, grad_tags = {s.tag for s in losses}, {s.tag for s in run.with_role(Role.GRAD_NORM)}
     findings = (
         spikes
         + explosions
-        + NonFiniteDetector(config.nonfinite).detect(run)
+        + [f for f in nonfinite if not told_by_loss_nan(f, nonfinite, loss_tags, grad_tags)]
         + [f for s in run.with_role(Role.LOSS_SCALE) for f in LossScaleDetector(config.loss_scale).detect(s)]
         + trends
         + RestartDetector(config.restarts).detect(run, spikes)

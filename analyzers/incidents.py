@@ -1,7 +1,8 @@
 """Findings of different detectors that are one incident, shared by the one-shot analysis
 (`analyzers.analyze`) and the streaming one (`analyzers.runstream`): a grad-norm explosion
-and the loss spike it leads, a divergence a spike already accounts for, and an evaluation
-loss's spike an overfitting finding already tells."""
+and the loss spike it leads, a divergence a spike already accounts for, an evaluation
+loss's spike an overfitting finding already tells, and a grad norm's NaN a loss's NaN
+already told."""
 
 from __future__ import annotations
 
@@ -83,4 +84,21 @@ def overfitting_tells(spike: Finding, trends: list[Finding]) -> bool:
         f.kind is Kind.OVERFITTING and f.tag == spike.tag
         and f.start_step <= spike.start_step <= (f.end_step if f.end_step is not None else spike.start_step)
         for f in trends
+    )
+
+
+def told_by_loss_nan(finding: Finding, nonfinite: list[Finding], losses: set[str], grad_norms: set[str]) -> bool:
+    """A grad norm's non-finite episode (past its overflow skips) during a loss's, where the
+    loss was non-finite by the time the grad norm's would be told (its `persist_step`): one
+    incident, told by the loss (charlm_fp16_collapse_b: the loss NaN from 1116, the grad
+    norm NaN from 1116 after an Inf at 1113, critical only at 1119).  Decided when the grad
+    norm's would first be told, so neither appears and then vanishes; a grad norm NaN first
+    (or while the loss looks finite: `hidden`) stands on its own."""
+    told = finding.evidence.get("persist_step")
+    if finding.kind is not Kind.NONFINITE or told is None or finding.evidence.get("hidden") or finding.tag not in grad_norms:
+        return False
+    return any(
+        f.kind is Kind.NONFINITE and f.tag in losses
+        and f.start_step <= told and (f.end_step if f.end_step is not None else f.start_step) >= finding.start_step
+        for f in nonfinite
     )

@@ -62,6 +62,7 @@ class Episode(StreamState):
     finite_within: int  # finite points between its non-finite ones
     finite_after: int  # finite points in a row since the last non-finite one
     back_step: int | None  # the first of those
+    persist_step: int | None  # its `persist_points`-th non-finite point: where a grad norm's is told
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ class NonFiniteDetector:
     def feed(
         self, state: NonFiniteState, step: np.ndarray, value: np.ndarray, tag: str = ""
     ) -> tuple[NonFiniteState, list[Finding], list[Finding]]:
-        gap = self.config.gap_points
+        gap, persist = self.config.gap_points, self.config.persist_points
         n = len(value)
         bad = np.flatnonzero(~np.isfinite(value))
         episode = state.open
@@ -110,7 +111,7 @@ class NonFiniteDetector:
             if episode is not None and between > gap:
                 closed.append(_followed(episode, step, last, between))
                 episode = None
-            episode = self._extend(episode, group, step, value, between)
+            episode = self._extend(episode, group, step, value, between, persist)
             last = int(group[-1])
         if episode is not None:
             episode = _followed(episode, step, last, n - 1 - last)
@@ -125,10 +126,14 @@ class NonFiniteDetector:
         )
 
     @staticmethod
-    def _extend(episode: Episode | None, group: np.ndarray, step: np.ndarray, value: np.ndarray, between: int) -> Episode:
+    def _extend(
+        episode: Episode | None, group: np.ndarray, step: np.ndarray, value: np.ndarray, between: int, persist: int
+    ) -> Episode:
         """`episode` (or a new one) with the non-finite points `group` (indices into this feed),
         `between` finite points after its last one."""
         v = value[group]
+        before = episode.count if episode else 0
+        reached = int(step[group[persist - before - 1]]) if before < persist <= before + len(group) else None
         first, last = int(group[0]), int(group[-1])
         within = last - first + 1 - len(group)  # finite points between them
         # the stretch going on at `last`: the last run of consecutive indices
@@ -139,6 +144,7 @@ class NonFiniteDetector:
             return Episode(
                 first_step=int(step[first]), last_step=int(step[last]), count=len(group), nan=nan, pos_inf=pos,
                 neg_inf=neg, streak_step=int(step[streak]), finite_within=within, finite_after=0, back_step=None,
+                persist_step=reached,
             )
         joined = between == 0 and not len(breaks)  # the stretch going on goes on
         return replace(
@@ -152,6 +158,7 @@ class NonFiniteDetector:
             finite_within=episode.finite_within + between + within,
             finite_after=0,
             back_step=None,
+            persist_step=episode.persist_step if reached is None else reached,
         )
 
     def _severity(self, role: Role, e: Episode, ongoing: bool) -> Severity:
@@ -195,6 +202,7 @@ class NonFiniteDetector:
                 "came_back": bool(e.finite_within or not still),
                 "nonfinite_from": e.streak_step if still else None,
                 "overflow_skip": skip,
+                "persist_step": e.persist_step,
                 "hidden": False,
             },
         )

@@ -44,7 +44,7 @@ from analyzers.config import AnalysisConfig
 from analyzers.findings import Finding, Kind, Severity, SpikeClass
 from analyzers.gradnorm import GradNormDetector, GradNormState
 from analyzers.health import Health, RunHealth, converged, told, unsettling
-from analyzers.incidents import explained_by_spike, join_explosions, overfitting_tells
+from analyzers.incidents import explained_by_spike, join_explosions, overfitting_tells, told_by_loss_nan
 from analyzers.lossscale import LossScaleDetector, LossScaleState
 from analyzers.nonfinite import NonFiniteDetector, NonFiniteState, hidden_nan, under_fp16
 from analyzers.overfitting import EvalRiseDetector, EvalRiseState, judge, train_counterpart
@@ -614,6 +614,7 @@ def _cross(state: RunState, config: AnalysisConfig) -> list[Finding]:
         if f.severity is Severity.CRITICAL and tags[tag].role is Role.GRAD_NORM:
             f = hidden_nan(f, series[tag], train)
         nonfinite.append(under_fp16(f) if fp16 and f.severity >= Severity.WARNING else f)
+    nonfinite = [f for f in nonfinite if not told_by_loss_nan(f, nonfinite, set(losses), set(by_role[Role.GRAD_NORM]))]
     scale = [f for _, f in _group(state, "scale")]
     run = RunSeries(series, {}, ())
     restarts = []

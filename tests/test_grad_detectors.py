@@ -146,13 +146,13 @@ def test_a_stuck_grad_norm_is_open_while_it_lasts():
 def test_fp16_overflow_skips_are_info_and_the_nan_has_its_own_onset(fp16_overflow):
     findings = [f for f in analyze_run(fp16_overflow) if f.kind is Kind.NONFINITE]
     grad = [f for f in findings if f.tag == "train/grad_norm"]
-    assert [(f.start_step, f.severity) for f in grad] == [(s, Severity.INFO) for s in STEPS] + [(1921, Severity.CRITICAL)]
+    # the grad norm's NaN from 1921 is the loss's, which tells it
+    assert [(f.start_step, f.severity) for f in grad] == [(s, Severity.INFO) for s in STEPS]
     assert grad[0].message == "train/grad_norm is +Inf at 1 point from step 767, finite again since step 768: an overflow skip"
     assert grad[0].remediation.startswith("Expected under fp16 dynamic loss scaling")
     [loss] = [f for f in findings if f.tag == "train/loss"]
-    for f in (loss, grad[-1]):
-        assert (f.start_step, f.peak_step, f.end_step, f.ongoing, f.evidence["count"]) == (1921, 1923, 1980, True, 59)
-        assert "Under fp16, train in bf16" in f.remediation and "before step 1923" in f.remediation
+    assert (loss.start_step, loss.peak_step, loss.end_step, loss.ongoing, loss.evidence["count"]) == (1921, 1923, 1980, True, 59)
+    assert "Under fp16, train in bf16" in loss.remediation and "before step 1923" in loss.remediation
     assert loss.message == "train/loss is NaN at 59 points from step 1921; finite in between, then non-finite from step 1923 on"
 
 
@@ -191,6 +191,21 @@ def test_an_overflow_skip_beside_a_finite_loss_is_not_a_hidden_nan():
     skip, hidden = NonFiniteDetector().detect(run)
     assert (skip.severity, skip.evidence["hidden"]) == (Severity.INFO, False)
     assert (hidden.severity, hidden.evidence["hidden"]) == (Severity.CRITICAL, True)
+
+
+def test_a_grad_norm_nan_that_the_loss_nan_already_told_is_one_incident():
+    n = 1000
+    zero = np.zeros(n, np.int32)
+    grad, loss = calm(n), 2 + calm(n)
+    grad[797] = np.inf  # an overflow, then NaN with the loss: the loss tells it
+    grad[800:], loss[800:] = np.nan, np.nan
+    run = prepare_run({"loss": TagWrites(np.arange(n), loss, zero), "grad_norm": TagWrites(np.arange(n), grad, zero)})
+    [nan] = [f for f in analyze_run(run) if f.kind is Kind.NONFINITE]
+    assert (nan.tag, nan.start_step, nan.severity) == ("loss", 800, Severity.CRITICAL)
+    grad[700:800] = np.nan  # the grad norm first, for 100 steps: told on its own, then the loss
+    run = prepare_run({"loss": TagWrites(np.arange(n), loss, zero), "grad_norm": TagWrites(np.arange(n), grad, zero)})
+    found = [(f.tag, f.start_step) for f in analyze_run(run) if f.kind is Kind.NONFINITE]
+    assert found == [("grad_norm", 700), ("loss", 800)]
 
 
 # -- loss scale ------------------------------------------------------------------------
