@@ -13,7 +13,8 @@ whether the values came back:
   finding, not the onset of the NaN at 1921.  Five points also cover the scaler's first
   halvings at the start of a run (DeepSpeed halves four times in 21 steps);
 * a grad norm non-finite at `persist_points` points or more is critical while it lasts
-  (a warning once finite values are back);
+  (a warning once finite values are back).  Until then it may still be a skip: it is told
+  at its `persist_points`-th point, or when it closes;
 * a loss (train or eval) that is non-finite is critical while it lasts: a NaN loss does not
   come back (domain notes); a warning if it did;
 * any other tag: a warning.
@@ -119,10 +120,12 @@ class NonFiniteDetector:
                 closed.append(episode)
                 episode = None
         role = Role(state.role)
+        # a grad norm's episode is told once it persists, or when it closes (as overflow skips)
+        told = episode is not None and (role is not Role.GRAD_NORM or episode.count >= persist)
         return (
             replace(state, open=episode),
             [self._finding(tag, role, e, ongoing=False) for e in closed],
-            [self._finding(tag, role, episode, ongoing=True)] if episode else [],
+            [self._finding(tag, role, episode, ongoing=True)] if told else [],
         )
 
     @staticmethod
