@@ -12,23 +12,24 @@ diverged).
   `floor` (1) for `floor_points` (2) points in a row after being above it (critical).  A
   healthy sawtooth moves one halving below its peak (sample_runs/fp16_overflow: 524288 <->
   262144); fp16_overflow's collapse reached 8192 (64x) at step 1725 and the floor at 1931.
-* Onset: the first point after the scale last stood (held or grew) within one halving of
-  its peak.  One halving below the peak is the healthy sawtooth, where a scaler may sit for hundreds of
-  steps (fp16_overflow: 262144 from the skip at 1293 to 1522, then down at every few steps
-  from 1523; a char-LM's GradScaler one halving below its peak for 59 steps before its
-  collapse at 1101, bench/trained charlm_fp16_collapse_b): the collapse begins where the
-  scale leaves that band, and no earlier than the first halving of the descent that
-  reached the collapse: halvings with fewer than `hold_points` (128) points between them.
-  A scale that held 128 points without a halving was not collapsing then (fp16_overflow's
-  descent halved every 27-88 steps after holding 230; a scale kept two halvings down for
-  800 steps by two ordinary skips collapses where it starts halving again, tests/
-  test_detectors.py).  The collapse lasts until the scale is back at its peak; it is
-  ongoing while the scale is 64x below it or at the floor.  Its drops are counted from the
-  last point at the peak.
+* Onset: the first halving of the descent that reached the collapse.  Walking back from
+  the halving that made it, an earlier halving belongs to the descent while the gap after
+  it is under `hold_points` (128) points and under `spacing` (2) times the descent's usual
+  gap (the median of its last six).  A scaler overflows now and then as it grows (one
+  halving, then a few hundred clean points); a descent halves every few points.  The
+  curves: a char-LM's GradScaler halved once 59 steps before its collapse, then every 1-3
+  steps from 1101 (bench/trained charlm_fp16_collapse_b): the onset is 1101.
+  fp16_overflow held 230 steps after a skip at 1293, then halved every 27-88 steps from
+  1523: 1523.  A drift that overflows every 10-50 points (tests/curves.py `plant_fp16`)
+  collapses from its first skip in 11 of 12 curves with a spacing of 2, in 9 with 3 to 8;
+  the one left has a sawtooth skip 36 points before the drift, inside the drift's own
+  cadence, which no rule on the curve can tell apart.  The collapse lasts until the scale is back at its peak;
+  it is ongoing while the scale is 64x below it or at the floor.  Its drops are counted
+  from the last point at the peak.
 
-Streaming state: the previous value, the peak, the largest value seen, where the scale
-left its one-halving band, where its descent began, the floor run, the drops since the peak and the
-open collapse.
+Streaming state: the previous value, the peak, the largest value seen, the last
+`RECENT_DROPS` halvings (point index and step), the floor run, the drops since the peak
+and the open collapse.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class LossScaleConfig:
     collapse_factor: float = 2.0**6  # fell this many times below its running peak
     floor: float = 1.0  # at or below this the scaler has nothing left to give
     floor_points: int = 2  # points in a row at the floor before it counts as stuck
-    hold_points: int = 128  # a scale that held this many points without a halving was not collapsing
+    hold_points: int = 128  # a halving this many points before the next is not part of a descent ...
+    spacing: float = 2.0  # ... nor one twice the descent's usual gap before it
 
 
 @dataclass(frozen=True)
@@ -69,12 +71,15 @@ class LossScaleState(StreamState):
     calibrating: bool  # no point has held or grown yet
     peak: float | None  # the running peak since calibration
     biggest: float | None  # the largest value, calibration included
-    slid_step: int | None  # the first point after the last one that stood within a halving of the peak (None: it stood)
-    descent_step: int | None  # the first drop of the latest run of drops less than hold_points apart
-    since_drop: int  # points after the last drop
+    seen: int  # finite points fed
+    recent_at: np.ndarray  # the last RECENT_DROPS drops: their point indices ...
+    recent_steps: np.ndarray  # ... and steps
     drops: int  # drops since the last point at the peak
     floor_run: int  # points in a row at or below the floor
     open: Collapse | None
+
+
+RECENT_DROPS = 16  # halvings kept to find where a descent began
 
 
 class LossScaleDetector:
@@ -86,8 +91,8 @@ class LossScaleDetector:
 
     def start(self) -> LossScaleState:
         return LossScaleState(
-            prev=None, calibrating=True, peak=None, biggest=None, slid_step=None, descent_step=None, since_drop=0,
-            drops=0, floor_run=0, open=None,
+            prev=None, calibrating=True, peak=None, biggest=None, seen=0,
+            recent_at=np.zeros(0, np.int64), recent_steps=np.zeros(0, np.int64), drops=0, floor_run=0, open=None,
         )
 
     def feed(
@@ -100,10 +105,9 @@ class LossScaleDetector:
         with np.errstate(invalid="ignore", over="ignore"):
             peak, ref, calibrating = self._peaks(state, x)
             at_ref = x >= ref
-            near_ref = x * 2 >= ref
             collapsed = (x * c.collapse_factor <= peak) & (x < peak)  # a scale of 0 has not fallen from 0
             low = x <= c.floor
-        marks = _Marks(state, x, t, at_ref, near_ref, c.hold_points)
+        marks = _Marks(state, x, t, at_ref, c)
         floor_run = run_lengths(low, state.floor_run) if state.floor_run or low.any() else np.zeros(len(x), np.int64)
         stuck = floor_run >= c.floor_points
         if stuck.any():  # at the floor, after being above it
@@ -121,9 +125,9 @@ class LossScaleDetector:
             calibrating=calibrating,
             peak=None if np.isnan(peak[-1]) else float(peak[-1]),
             biggest=float(x.max()) if state.biggest is None else max(state.biggest, float(x.max())),
-            slid_step=marks.slid_after(),
-            descent_step=marks.descent(len(x) - 1),
-            since_drop=marks.since_drop(),
+            seen=state.seen + len(x),
+            recent_at=marks.recent_at[-RECENT_DROPS:],
+            recent_steps=marks.recent_steps[-RECENT_DROPS:],
             drops=marks.since(len(x) - 1),
             floor_run=int(floor_run[-1]),
             open=current,
@@ -224,64 +228,37 @@ class LossScaleDetector:
 
 
 class _Marks:
-    """Where the scale was last at its peak or within a halving of it, and how often it
-    dropped since, at any point of one feed (looked up only where a collapse needs them)."""
+    """Where the scale was last at its peak, how often it dropped since, and where the
+    descent leading to a point began, at any point of one feed (looked up only where a
+    collapse needs them)."""
 
-    def __init__(
-        self, state: LossScaleState, x: np.ndarray, t: np.ndarray, at_ref: np.ndarray, near_ref: np.ndarray, hold: int
-    ) -> None:
-        self.state, self.t, self.n = state, t, len(x)
+    def __init__(self, state: LossScaleState, x: np.ndarray, t: np.ndarray, at_ref: np.ndarray, config: LossScaleConfig) -> None:
+        self.state, self.t, self.config = state, t, config
         self.refs = np.flatnonzero(at_ref)
         first_drop = state.prev is not None and x[0] < state.prev
         self.drops = np.flatnonzero(x[1:] < x[:-1]) + 1
         if first_drop:
             self.drops = np.insert(self.drops, 0, 0)
-        stood = near_ref.copy()  # held or grew within a halving of the peak
-        stood[self.drops] = False
-        self.stood = np.flatnonzero(stood)
-        # where each drop's descent began: a drop more than `hold` points after the one
-        # before (or the first ever) begins one
-        before = self.drops[0] + state.since_drop + 1 if state.descent_step is not None and len(self.drops) else hold + 1
-        gaps = np.diff(self.drops, prepend=self.drops[0] - before) if len(self.drops) else self.drops
-        begins = np.maximum.accumulate(np.where(gaps > hold, np.arange(len(self.drops)), -1))
-        self.began = np.where(begins >= 0, t[self.drops[np.maximum(begins, 0)]], -1)
+        self.recent_at = np.concatenate([state.recent_at, state.seen + self.drops])
+        self.recent_steps = np.concatenate([state.recent_steps, t[self.drops]])
 
     @staticmethod
     def _last(marks: np.ndarray, i: int) -> int:
         j = int(np.searchsorted(marks, i, side="right")) - 1
         return int(marks[j]) if j >= 0 else -1
 
-    def slid(self, i: int) -> int:
-        """The first point after the last one where the scale stood within a halving of the
-        peak (held or grew there: a halving into the band may be the descent's first), up to
-        point i."""
-        last = self._last(self.stood, i)
-        if last >= 0:
-            return int(self.t[min(last + 1, i)])
-        return self.state.slid_step if self.state.slid_step is not None else int(self.t[0])
-
-    def slid_after(self) -> int | None:
-        """`slid` at the end of the feed, None if the last point stood within the band."""
-        return None if len(self.stood) and self.stood[-1] == self.n - 1 else self.slid(self.n - 1)
-
-    def descent(self, i: int) -> int | None:
-        """The step where the descent holding the last drop up to point i began (None: no drop yet)."""
-        j = int(np.searchsorted(self.drops, i, side="right")) - 1
-        if j < 0 or self.began[j] < 0:
-            return self.state.descent_step
-        return int(self.began[j])
-
     def onset(self, i: int) -> int:
-        """Where a collapse seen at point i began: where the scale left its one-halving band,
-        or later where its descent began."""
-        descent = self.descent(i)
-        return max(self.slid(i), descent) if descent is not None else self.slid(i)
-
-    def since_drop(self) -> int:
-        """Points after the last drop, at the end of the feed."""
-        if len(self.drops):
-            return self.n - 1 - int(self.drops[-1])
-        return self.state.since_drop + self.n
+        """The step of the first halving of the descent up to point i (i itself if none)."""
+        at = self.recent_at[: int(np.searchsorted(self.recent_at, self.state.seen + i, side="right"))][-RECENT_DROPS:]
+        if not len(at):
+            return int(self.t[i])
+        gaps = np.diff(at)
+        usual = float(np.median(gaps[-6:])) if len(gaps) else 0.0
+        joins = gaps < min(self.config.hold_points, self.config.spacing * usual)
+        first = len(at) - 1
+        while first > 0 and joins[first - 1]:
+            first -= 1
+        return int(self.recent_steps[int(np.searchsorted(self.recent_at, at[first]))])
 
     def since(self, i: int) -> int:
         """Drops after the last point at the peak, up to point i."""

@@ -176,12 +176,12 @@ def plant_explosion(curve: Curve, at: int, rng: np.random.Generator, with_spike:
 
 
 def plant_nonfinite(curve: Curve, at: int, rng: np.random.Generator) -> None:
-    """The loss turns NaN (or Inf) at `at` and stays so; the grad norm too."""
+    """The loss turns NaN (or Inf) at `at` and stays so; the grad norm too, one incident the
+    loss tells."""
     bad = float("nan") if rng.random() < 0.7 else float("inf")
     curve.tags["train/loss"][at:] = bad
     curve.tags["train/grad_norm"][at:] = bad
-    step = int(curve.steps[at])
-    curve.truth += [Truth(Kind.NONFINITE, "train/loss", step), Truth(Kind.NONFINITE, "train/grad_norm", step)]
+    curve.truth.append(Truth(Kind.NONFINITE, "train/loss", int(curve.steps[at])))
 
 
 def plant_divergence(curve: Curve, at: int) -> None:
@@ -342,8 +342,9 @@ def plant_fp16(curve: Curve, rng: np.random.Generator, nan_at: int | None = None
     10-50 points, the loss and grad norm turn NaN at `nan_at` (finite once more right after, as
     in sample_runs/fp16_overflow) and stay so, and the scale halves every step to its floor 1.
 
-    Truth: each overflow skip (info) and the NaN onset on both tags are `nonfinite`; the
-    collapse starts where the scale left its peak for the last time."""
+    Truth: each overflow skip (info) and the NaN onset of the loss (which tells the grad
+    norm's too) are `nonfinite`; the collapse starts where the scale shows the drift's first
+    overflow (the point after it)."""
     grad = curve.tags["train/grad_norm"]
     n = len(grad)
     drift = n if nan_at is None else nan_at - int(rng.integers(150, 400))
@@ -376,10 +377,9 @@ def plant_fp16(curve: Curve, rng: np.random.Generator, nan_at: int | None = None
         for tag in ("train/loss", "train/grad_norm"):
             curve.tags[tag][nan_at] = np.nan
             curve.tags[tag][nan_at + 2 :] = np.nan
-            curve.truth.append(Truth(Kind.NONFINITE, tag, int(curve.steps[nan_at])))
-        held = scale[1:nan_at]  # the calibration ends where the scale first holds (point 1 to 2)
-        left = 1 + int(np.flatnonzero(held == held.max())[-1]) + 1
-        curve.truth.append(Truth(Kind.LOSS_SCALE_COLLAPSE, "train/loss_scale", int(curve.steps[left])))
+        curve.truth.append(Truth(Kind.NONFINITE, "train/loss", int(curve.steps[nan_at])))
+        first = min(i for i in skips if i >= drift)  # the drift's first overflow: the scale halves after it
+        curve.truth.append(Truth(Kind.LOSS_SCALE_COLLAPSE, "train/loss_scale", int(curve.steps[first + 1])))
     curve.tags["train/loss_scale"] = scale
 
 
