@@ -44,6 +44,9 @@ bench: install-test
 	$(BIN)/python bench/liveness.py
 	$(BIN)/python bench/remote.py
 	$(BIN)/python bench/client.py
+	$(BIN)/python bench/scale.py
+	$(BIN)/python bench/append.py
+	$(BIN)/python bench/analyze_memory.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info app/ingest/_tfrecord.c app/ingest/*.so
