@@ -256,7 +256,7 @@ class LossSpikeDetector:
         )
         first_step = state.first_step if state.first_step is not None or not len(step) else int(step[0])
         base = trailing_baseline(w.value, c.baseline)
-        z = (w.value - base.level) / base.sigma
+        z = base.residual / base.sigma
         bar, tail, block_max = self._thresholds(state.count, state.tail, state.block_max, z[w.new :], c.z)
         bars = np.concatenate([state.bars, bar])
         held_value = _move_median(w.value, c.confirm_points)
