@@ -319,7 +319,10 @@ class LossSpikeDetector:
         """The threshold of each new point (`count` fed before it), from the maxima of z
         over the `tail_blocks` complete tail blocks before its own, never below `floor`
         (nor below `z` before `held_after_blocks` blocks are known); and the block maxima
-        to keep."""
+        to keep.  A point at or below `floor` is below its threshold whatever the tail, so
+        the tail's percentile is taken only for blocks with a point past `floor` and for
+        those of the last `confirm_points - 1` points (kept in the state): the other
+        blocks' points get +inf, which nothing reads but `z > threshold`."""
         c = self.config
         size, kept = c.tail_block, c.tail_blocks
         if not len(z):
@@ -335,11 +338,14 @@ class LossSpikeDetector:
         # block first + k is judged by the `kept` complete blocks before it (fewer in the
         # run's first blocks): padded[ends[k] : ends[k] + kept]
         padded = np.concatenate([np.full(kept, np.nan), history])
-        ends = len(tail) + np.arange(blocks)
-        windows = padded[ends[:, None] + np.arange(kept)]
+        judged = peaks > floor
+        judged[(count + max(len(z) - c.confirm_points + 1, 0)) // size - first :] = True
+        rows = np.flatnonzero(judged)
+        windows = padded[(len(tail) + rows)[:, None] + np.arange(kept)]
         known = np.sum(~np.isnan(windows), axis=1)
         floor_now = np.where(known >= c.held_after_blocks, floor, max(floor, c.z))
-        bar = np.maximum(floor_now, c.tail_margin * _percentile(windows, c.tail_quantile))
+        bar = np.full(blocks, np.inf)
+        bar[rows] = np.maximum(floor_now, c.tail_margin * _percentile(windows, c.tail_quantile))
         block_max = float(peaks[-1]) if done < blocks else -np.inf
         return np.repeat(bar, np.diff(starts, append=len(z))), history[-kept:].copy(), block_max
 
@@ -613,8 +619,8 @@ def _percentile(rows: np.ndarray, q: float) -> np.ndarray:
     at = q * np.maximum(count - 1, 0)
     lo = np.floor(at).astype(np.int64)
     hi = np.minimum(lo + 1, np.maximum(count - 1, 0))
-    below = np.take_along_axis(ordered, lo[:, None], axis=1)[:, 0]
-    above = np.take_along_axis(ordered, hi[:, None], axis=1)[:, 0]
+    row = np.arange(len(rows))
+    below, above = ordered[row, lo], ordered[row, hi]
     return np.where(count > 0, below + (above - below) * (at - lo), -np.inf)
 
 
