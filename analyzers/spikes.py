@@ -347,7 +347,8 @@ class LossSpikeDetector:
         bar = np.full(blocks, np.inf)
         bar[rows] = np.maximum(floor_now, c.tail_margin * _percentile(windows, c.tail_quantile))
         block_max = float(peaks[-1]) if done < blocks else -np.inf
-        return np.repeat(bar, np.diff(starts, append=len(z))), history[-kept:].copy(), block_max
+        offset = count - first * size  # of the first new point in its block
+        return np.repeat(bar, size)[offset : offset + len(z)], history[-kept:].copy(), block_max
 
     def _onsets(self, w: _Window, base: Baseline, z: np.ndarray, bars: np.ndarray, held: _Held) -> _Onsets:
         """The points that could start a spike, with their z and threshold: far enough above
