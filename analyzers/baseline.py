@@ -113,7 +113,9 @@ def value_bits(values: np.ndarray) -> np.ndarray:
     """Mantissa bits each value needs: 7 (bf16), 10 (fp16), 23 (fp32) or 52."""
     as32 = values.astype(np.float32)
     exact = as32 == values
-    bits = np.full(len(values), 52, np.int64)
+    bits = np.full(len(values), 52, np.int8)
+    if not exact.any():  # float64 values (a JSON or CSV log): nothing narrower to look for
+        return bits
     bits[exact] = 23
     with np.errstate(over="ignore"):
         bits[exact & (as32.astype(np.float16).astype(np.float32) == as32)] = 10
