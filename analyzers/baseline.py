@@ -48,22 +48,27 @@ class BaselineConfig:
 
 class Baseline:
     """The baseline of finite `values` (sorted by step).  The level is computed at once,
-    the rest when first asked for."""
+    the rest when first asked for.  Arrays as long as the run are made in place where the
+    arithmetic allows: on a 250k-point tag each temporary is 2 MB of fresh pages."""
 
     def __init__(self, values: np.ndarray, config: BaselineConfig = BaselineConfig()) -> None:
         self.values, self.config = values, config
-        self.level = _shift(_rising_median(values, config), len(values))  # NaN where too few earlier points
+        self.level = _shift(_rising_median(values, config))  # NaN where too few earlier points
 
     @cached_property
     def quantum(self) -> np.ndarray:
         return quantum(self.level, precision_bits(self.values, self.config.noise_window))
 
     @cached_property
+    def residual(self) -> np.ndarray:
+        """value - level at each point (NaN where the level is unknown)."""
+        return self.values - self.level
+
+    @cached_property
     def center(self) -> np.ndarray:
         """The typical residual (value - level) over the `noise_window` points before each
         point: how far the trailing level lags the curve (below zero on a falling one)."""
-        residual = self.values - self.level
-        return _shift(_move_median(residual, self.config.noise_window, 2 * self.config.min_points), len(self.values))
+        return _shift(_move_median(self.residual, self.config.noise_window, 2 * self.config.min_points))
 
     @cached_property
     def sigma(self) -> np.ndarray:
@@ -72,11 +77,16 @@ class Baseline:
         never below the quantum.  Deviations of exactly zero are skipped: on a coarse grid (a
         loss rounded to a few digits) most values repeat, and the spread is the grid's step,
         not zero."""
-        n, window = len(self.values), self.config.noise_window
-        deviation = np.abs(self.values - self.level - self.center)
-        spread = _shift(_move_median(np.where(deviation > 0, deviation, np.nan), window, 1), n) * MAD_TO_SIGMA
-        known = _shift(_window_count(np.isfinite(deviation), window), n) >= 2 * self.config.min_points
-        return np.where(known, np.fmax(spread, self.quantum), np.nan)
+        window = self.config.noise_window
+        deviation = np.subtract(self.residual, self.center)
+        np.abs(deviation, out=deviation)
+        known = _known_before(np.isfinite(deviation), window, 2 * self.config.min_points)
+        deviation[deviation == 0] = np.nan  # NaN stays NaN: only finite deviations above zero count
+        spread = _shift(_move_median(deviation, window, 1))
+        spread *= MAD_TO_SIGMA
+        np.fmax(spread, self.quantum, out=spread)
+        spread[~known] = np.nan
+        return spread
 
 
 def median(values: np.ndarray) -> np.float64:
@@ -103,7 +113,9 @@ def value_bits(values: np.ndarray) -> np.ndarray:
     """Mantissa bits each value needs: 7 (bf16), 10 (fp16), 23 (fp32) or 52."""
     as32 = values.astype(np.float32)
     exact = as32 == values
-    bits = np.full(len(values), 52, np.int64)
+    bits = np.full(len(values), 52, np.int8)
+    if not exact.any():  # float64 values (a JSON or CSV log): nothing narrower to look for
+        return bits
     bits[exact] = 23
     with np.errstate(over="ignore"):
         bits[exact & (as32.astype(np.float16).astype(np.float32) == as32)] = 10
@@ -111,13 +123,13 @@ def value_bits(values: np.ndarray) -> np.ndarray:
     return bits
 
 
-def precision_bits(values: np.ndarray, window: int) -> np.ndarray:
+def precision_bits(values: np.ndarray, window: int) -> np.ndarray | int:
     """The precision the values are stored at, at each point: the fewest bits that hold at
     least half of the last `window` values (a few off-grid values, like a spike's, do not
-    change it)."""
+    change it); one number when every value needs the same."""
     bits = value_bits(values)
     if not len(bits) or (bits == bits[0]).all():  # one precision throughout: the usual case
-        return bits
+        return int(bits[0]) if len(bits) else bits
     out = np.full(len(values), 52)
     seen = np.minimum(np.arange(1, len(values) + 1), window)
     for b in (23, 10, 7):  # counts, exact however the stream was cut
@@ -129,10 +141,17 @@ def quantum(level: np.ndarray, bits: np.ndarray | int) -> np.ndarray:
     """Spacing of representable numbers near `level` at `bits` of mantissa: 2 ** (the
     exponent of |level| - bits), read from the float's own exponent field; 0 where the
     level is unknown, zero or subnormal."""
-    exponent = (np.abs(level).view(np.int64) >> 52) - 1023  # NaN and inf: 1024; 0 and subnormal: -1023
-    power = exponent - bits
-    known = (exponent > -1023) & (exponent < 1024) & (power > -1023)
-    return np.where(known, (np.where(known, power, 0) + 1023) << 52, 0).view(np.float64)
+    power = np.abs(level).view(np.int64)
+    power >>= 52
+    power -= 1023  # the exponent; NaN and inf: 1024; 0 and subnormal: -1023
+    known = power > -1023
+    known &= power < 1024
+    power -= bits
+    known &= power > -1023
+    power += 1023
+    power <<= 52
+    power[~known] = 0
+    return power.view(np.float64)
 
 
 def trailing_baseline(values: np.ndarray, config: BaselineConfig = BaselineConfig()) -> Baseline:
@@ -140,11 +159,26 @@ def trailing_baseline(values: np.ndarray, config: BaselineConfig = BaselineConfi
     return Baseline(values, config)
 
 
-def _shift(a: np.ndarray, n: int) -> np.ndarray:
-    """a[k - 1] at k: what was known just before each point."""
-    out = np.full(n, np.nan)
-    out[1:] = a[: n - 1]
-    return out
+def _shift(a: np.ndarray) -> np.ndarray:
+    """a[k - 1] at k: what was known just before each point (in place: `a` is a float
+    array of the caller's own)."""
+    if len(a):
+        a[1:] = a[:-1]  # one dimension, same direction: numpy copies overlapping data as memmove does
+        a[0] = np.nan
+    return a
+
+
+def _known_before(mask: np.ndarray, window: int, least: int) -> np.ndarray:
+    """Whether at least `least` of the `window` points before each point are True."""
+    n = len(mask)
+    total = np.cumsum(mask, dtype=np.int64)
+    known = np.zeros(n, bool)
+    first = min(window, n - 1)  # points whose window starts at the first point
+    if first > 0:
+        known[1 : first + 1] = total[:first] >= least
+    if n > window + 1:
+        known[window + 1 :] = total[window:-1] - total[: -window - 1] >= least
+    return known
 
 
 def _window_count(mask: np.ndarray, window: int) -> np.ndarray:
@@ -172,6 +206,11 @@ def _rising_median(values: np.ndarray, config: BaselineConfig) -> np.ndarray:
     window = config.window
     half = max(window // 2, 1)
     whole = _move_median(values, window, min(config.min_points, window))
-    newer = _move_median(values, half, min(config.min_points, half))
-    slope = (newer - whole) / (window / 4)
-    return whole + np.clip(slope, 0, None) * ((window - 1) / 2)
+    slope = _move_median(values, half, min(config.min_points, half))
+    # whole + max(slope, 0) * (window - 1) / 2, with slope = (newer - whole) / (window / 4)
+    slope -= whole
+    slope /= window / 4
+    np.clip(slope, 0, None, out=slope)
+    slope *= (window - 1) / 2
+    slope += whole
+    return slope

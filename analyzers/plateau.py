@@ -325,8 +325,6 @@ class ZeroLRDetector:
             return replace(state, **latest), [], []
         edges = np.diff(np.concatenate([[state.since >= 0], zero]).astype(np.int8))
         starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)  # ends: first non-zero index
-        # a repeated value's run starts at its first occurrence
-        start_step = np.where((value == before) & (before_step >= 0), before_step, step)
         closed = []
         s = state
         if s.since >= 0 and len(ends) and (not len(starts) or ends[0] < starts[0]):
@@ -339,7 +337,9 @@ class ZeroLRDetector:
             s = replace(s, points=s.points + n)
         for k, a in enumerate(starts):
             sudden = bool(frozen[a] or dropped[a] or peak[a] <= 0 or (value[a] == 0 and before[a] > _DECAYED * peak[a]))
-            run = replace(s, since=int(start_step[a]), value=float(value[a]), peak_then=float(peak[a]), sudden=sudden)
+            # a repeated value's run starts at its first occurrence
+            since = int(before_step[a]) if value[a] == before[a] and before_step[a] >= 0 else int(step[a])
+            run = replace(s, since=since, value=float(value[a]), peak_then=float(peak[a]), sudden=sudden)
             if k < len(ends):
                 b = int(ends[k])
                 closed += self._closed(replace(run, points=b - a), b - a, int(step[b]), int(step[b - 1]), tag)
@@ -383,8 +383,13 @@ def _dropped_into(tiny: np.ndarray, from_above: np.ndarray, carried: int) -> np.
     `_DECAYED` of the peak (`from_above`: the point before was); `carried` says so of a
     stretch going on before the first point (-1: none)."""
     first = tiny & ~np.concatenate([[carried >= 0], tiny[:-1]])
-    began = np.maximum.accumulate(np.where(first, np.arange(len(tiny)), -1))
-    return tiny & np.where(began >= 0, (first & from_above)[np.maximum(began, 0)], carried == 1)
+    began = np.where(first, np.arange(len(tiny)), -1)
+    np.maximum.accumulate(began, out=began)
+    before = began < 0
+    np.maximum(began, 0, out=began)
+    dropped = (first & from_above)[began]
+    dropped[before] = carried == 1
+    return tiny & dropped
 
 
 def _falls_before(fell: np.ndarray, repeat: np.ndarray, falling: int, carried: int) -> tuple[np.ndarray, int]:
@@ -392,8 +397,13 @@ def _falls_before(fell: np.ndarray, repeat: np.ndarray, falling: int, carried: i
     repeated values, up to the point before that run; and the run of falls ending at the
     last point.  `falling` and `carried` are the same two at the point before the first."""
     run = run_lengths(fell, falling)
-    anchor = np.maximum.accumulate(np.where(repeat, -1, np.arange(len(fell))))  # the last point not a repeat
-    return np.where(anchor >= 0, run[np.maximum(anchor, 0)], carried), int(run[-1]) if len(run) else falling
+    anchor = np.where(repeat, -1, np.arange(len(fell)))
+    np.maximum.accumulate(anchor, out=anchor)  # the last point not a repeat
+    before = anchor < 0
+    np.maximum(anchor, 0, out=anchor)
+    falls = run[anchor]
+    falls[before] = carried
+    return falls, int(run[-1]) if len(run) else falling
 
 
 # -- joining: a loss that does not improve while its LR or grad norm is zero -------------------

@@ -108,6 +108,8 @@ def resume_steps(resumes: tuple[Resume, ...], tag: str) -> dict[int, int]:
 def logging_interval(steps: np.ndarray) -> int:
     """The typical gap between logged steps: the median positive difference."""
     gaps = np.diff(steps)
+    if len(gaps) and gaps.min() == gaps.max():  # every step, or every N: no median to take
+        return max(1, int(gaps[0]))
     gaps = gaps[gaps > 0]
     return max(1, int(median(gaps))) if len(gaps) else 1
 
@@ -122,6 +124,8 @@ def prepare_series(tag: str, role: Role, writes: TagWrites, resume_to: Mapping[i
         order = np.argsort(step, kind="stable")  # the mask kept write order; sort by step once
         step, value = step[order], value[order]
     finite = np.isfinite(value)
+    if finite.all():  # the usual case: the finite view is the series itself, not a copy of it
+        return Series(tag, role, step, value, finite, step, value, logging_interval(step))
     return Series(tag, role, step, value, finite, step[finite], value[finite], logging_interval(step))
 
 

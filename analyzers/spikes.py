@@ -247,20 +247,24 @@ class LossSpikeDetector:
     ) -> tuple[SpikeState, list[Finding], list[Finding]]:
         c = self.config
         finite = np.isfinite(value)
+        if finite.all():  # no copies of a whole series fed at once
+            new_steps, new_values, bad = step, value, step[:0]
+        else:
+            new_steps, new_values, bad = step[finite], value[finite], step[~finite]
         w = _Window(
-            np.concatenate([state.steps, step[finite]]),
-            np.concatenate([state.values, value[finite]]),
+            np.concatenate([state.steps, new_steps]) if len(state.steps) else new_steps,
+            np.concatenate([state.values, new_values]) if len(state.values) else new_values,
             state.count - len(state.steps),
             len(state.steps),
-            step[~finite],
+            bad,
         )
         first_step = state.first_step if state.first_step is not None or not len(step) else int(step[0])
         base = trailing_baseline(w.value, c.baseline)
-        z = (w.value - base.level) / base.sigma
+        z = base.residual / base.sigma
         bar, tail, block_max = self._thresholds(state.count, state.tail, state.block_max, z[w.new :], c.z)
-        bars = np.concatenate([state.bars, bar])
+        bars = np.concatenate([state.bars, bar]) if len(state.bars) else bar
         held_value = _move_median(w.value, c.confirm_points)
-        held_z = (held_value - _lagged(base.level, c.confirm_points - 1)) / _lagged(base.sigma, c.confirm_points - 1)
+        held_z = _lagged_z(held_value, base.level, base.sigma, c.confirm_points - 1)
         held_bar, held_tail, held_block_max = self._thresholds(
             state.count, state.held_tail, state.held_block_max, held_z[w.new :], c.held_z
         )
@@ -315,28 +319,36 @@ class LossSpikeDetector:
         """The threshold of each new point (`count` fed before it), from the maxima of z
         over the `tail_blocks` complete tail blocks before its own, never below `floor`
         (nor below `z` before `held_after_blocks` blocks are known); and the block maxima
-        to keep."""
+        to keep.  A point at or below `floor` is below its threshold whatever the tail, so
+        the tail's percentile is taken only for blocks with a point past `floor` and for
+        those of the last `confirm_points - 1` points (kept in the state): the other
+        blocks' points get +inf, which nothing reads but `z > threshold`."""
         c = self.config
         size, kept = c.tail_block, c.tail_blocks
         if not len(z):
             return np.zeros(0), tail, block_max
-        block = (count + np.arange(len(z))) // size
-        first = int(block[0])
-        starts = np.flatnonzero(np.diff(block, prepend=first - 1))
-        peaks = np.maximum.reduceat(np.where(np.isnan(z), -np.inf, z), starts)
+        first = count // size
+        blocks = (count + len(z) - 1) // size - first + 1  # blocks this feed's points fall in
+        starts = np.maximum((first + np.arange(blocks)) * size - count, 0)
+        peaks = np.fmax.reduceat(z, starts)  # NaN ignored; -inf for a block of NaN only
+        peaks[np.isnan(peaks)] = -np.inf
         peaks[0] = max(peaks[0], block_max)
         done = (count + len(z)) // size - first  # blocks of this feed now complete
         history = np.concatenate([tail, np.where(np.isfinite(peaks[:done]), peaks[:done], 0.0)])
         # block first + k is judged by the `kept` complete blocks before it (fewer in the
         # run's first blocks): padded[ends[k] : ends[k] + kept]
         padded = np.concatenate([np.full(kept, np.nan), history])
-        ends = len(tail) + np.arange(len(peaks))
-        windows = np.lib.stride_tricks.sliding_window_view(padded, kept)[ends]
+        judged = peaks > floor
+        judged[(count + max(len(z) - c.confirm_points + 1, 0)) // size - first :] = True
+        rows = np.flatnonzero(judged)
+        windows = padded[(len(tail) + rows)[:, None] + np.arange(kept)]
         known = np.sum(~np.isnan(windows), axis=1)
         floor_now = np.where(known >= c.held_after_blocks, floor, max(floor, c.z))
-        bar = np.maximum(floor_now, c.tail_margin * _percentile(windows, c.tail_quantile))
-        block_max = float(peaks[-1]) if done < len(peaks) else -np.inf
-        return bar[block - first], history[-kept:].copy(), block_max
+        bar = np.full(blocks, np.inf)
+        bar[rows] = np.maximum(floor_now, c.tail_margin * _percentile(windows, c.tail_quantile))
+        block_max = float(peaks[-1]) if done < blocks else -np.inf
+        offset = count - first * size  # of the first new point in its block
+        return np.repeat(bar, size)[offset : offset + len(z)], history[-kept:].copy(), block_max
 
     def _onsets(self, w: _Window, base: Baseline, z: np.ndarray, bars: np.ndarray, held: _Held) -> _Onsets:
         """The points that could start a spike, with their z and threshold: far enough above
@@ -351,18 +363,22 @@ class LossSpikeDetector:
         lo, hi = max(w.new - lag, 0), len(w.value) - lag  # the points judged now: [lo, hi)
         if hi <= lo:
             return _Onsets(np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
-        level, quantum = base.level[lo:hi], base.quantum[lo:hi]
-        lowest = _move_min(w.value, c.rise_points + 1)[lo:hi]
         point_z, point_bar = z[lo:hi], bars[len(bars) - (len(w.value) - lo) :][: hi - lo]
         held_z, held_bar = held.z[lo + lag :], held.bar[len(held.bar) - (hi - lo) :]
-        point = _sudden(w.value[lo:hi], level, lowest, quantum, c.min_quanta) & (point_z > point_bar)
-        held_value = held.value[lo + lag :]
-        first_half = w.value[lo:hi] - level >= 0.5 * (held_value - level)  # the jump starts at the point, not after it
+        # past a threshold is rare: the rest of the rules are judged at those points only
+        at = np.flatnonzero((point_z > point_bar) | (held_z > held_bar))
+        point_z, point_bar, held_z, held_bar = point_z[at], point_bar[at], held_z[at], held_bar[at]
+        p = lo + at  # window positions
+        value, level, quantum = w.value[p], base.level[p], base.quantum[p]
+        lowest = w.value[np.maximum(p[:, None] - np.arange(c.rise_points + 1), 0)].min(axis=1)
+        point = _sudden(value, level, lowest, quantum, c.min_quanta) & (point_z > point_bar)
+        held_value = held.value[p + lag]
+        first_half = value - level >= 0.5 * (held_value - level)  # the jump starts at the point, not after it
         stays = _sudden(held_value, level, lowest, quantum, c.min_quanta) & (held_z > held_bar) & first_half
         hit = np.flatnonzero(point | stays)
         own = point[hit]
         return _Onsets(
-            w.first + lo + hit,
+            w.first + p[hit],
             np.where(own, point_z[hit], held_z[hit]),
             np.where(own, point_bar[hit], held_bar[hit]),
         )
@@ -604,8 +620,8 @@ def _percentile(rows: np.ndarray, q: float) -> np.ndarray:
     at = q * np.maximum(count - 1, 0)
     lo = np.floor(at).astype(np.int64)
     hi = np.minimum(lo + 1, np.maximum(count - 1, 0))
-    below = np.take_along_axis(ordered, lo[:, None], axis=1)[:, 0]
-    above = np.take_along_axis(ordered, hi[:, None], axis=1)[:, 0]
+    row = np.arange(len(rows))
+    below, above = ordered[row, lo], ordered[row, hi]
     return np.where(count > 0, below + (above - below) * (at - lo), -np.inf)
 
 
@@ -617,22 +633,30 @@ def _sudden(value: np.ndarray, level: np.ndarray, lowest: np.ndarray, quantum: n
 
 
 def _move_median(a: np.ndarray, window: int) -> np.ndarray:
-    """Median of each point and the `window - 1` before it (NaN before `window` points)."""
-    return bn.move_median(a, window) if len(a) >= window else np.full(len(a), np.nan)
-
-
-def _lagged(a: np.ndarray, lag: int) -> np.ndarray:
-    """a[k - lag] at k (NaN before)."""
-    out = np.full(len(a), np.nan)
-    if lag < len(a):
-        out[lag:] = a[: len(a) - lag]
+    """Median of each point and the `window - 1` before it (NaN before `window` points).
+    Three finite points (the default `confirm_points`; a feed's points are finite) take
+    a min/max network: the same middle value, at a third of the cost of the heap."""
+    if len(a) < window:
+        return np.full(len(a), np.nan)
+    if window != 3:
+        return bn.move_median(a, window)
+    x, y, z = a[:-2], a[1:-1], a[2:]
+    out = np.empty(len(a))
+    out[:2] = np.nan
+    low = np.minimum(x, y)
+    np.maximum(x, y, out=out[2:])
+    np.minimum(out[2:], z, out=out[2:])
+    np.maximum(out[2:], low, out=out[2:])  # max(min(x, y), min(max(x, y), z))
     return out
 
 
-def _move_min(a: np.ndarray, window: int) -> np.ndarray:
-    """Lowest of the last `window` points (fewer at the start)."""
-    padded = np.concatenate([np.full(window, np.inf), a])
-    return bn.move_min(padded, window, min_count=1)[window:]
+def _lagged_z(value: np.ndarray, level: np.ndarray, sigma: np.ndarray, lag: int) -> np.ndarray:
+    """(value[k] - level[k - lag]) / sigma[k - lag] at k (NaN before)."""
+    out = np.full(len(value), np.nan)
+    if lag < len(value):
+        np.subtract(value[lag:], level[: len(value) - lag], out=out[lag:])
+        out[lag:] /= sigma[: len(value) - lag]
+    return out
 
 
 def _excess(spike: Followed, w: _Window, a: int, upto: int) -> tuple[float, int, float]:

@@ -146,9 +146,12 @@ def detect_at_once(detector: Streaming[Any], step: np.ndarray, value: np.ndarray
 def run_lengths(mask: np.ndarray, carried: int = 0) -> np.ndarray:
     """Points in a row that are True, ending at each index (`carried` True ones before the
     first): what a detector counts across pieces ("at the floor for 3 points")."""
-    idx = np.arange(len(mask))
-    last_false = np.maximum.accumulate(np.where(mask, -1, idx))
-    return np.where(last_false < 0, idx + 1 + carried, idx - last_false)
+    run = np.arange(len(mask))
+    last_false = np.where(mask, -1, run)
+    np.maximum.accumulate(last_false, out=last_false)
+    last_false[last_false < 0] = -1 - carried  # no False yet: the run goes on from before the first
+    run -= last_false  # made in place: on a long tag each temporary is megabytes of fresh pages
+    return run
 
 
 def state_size(state: StreamState) -> int:
