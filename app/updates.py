@@ -137,7 +137,9 @@ def record_changes(
     `vanishing`: the alerts whose absence from `current` means they are no longer seen
     (None: any; see `evaluate`)."""
     records, events = evaluate(stored, current, last_step, now, vanishing)
-    stored_alerts.save_alerts(conn, run.id, records)
+    stored_alerts.save_alerts(conn, run.id, [r for r in records if stored.get(r.id) != r])  # an open alert seen again, unchanged: no write
+    if not events:
+        return []
     reported = list(zip(stored_alerts.add_events(conn, events, now), events))
     quiet = stored_alerts.silenced_ids(conn, [e.record.id for _, e in reported])
     quiet |= stored_silences.silenced(conn, [e.record for _, e in reported], now)
