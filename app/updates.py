@@ -89,7 +89,11 @@ def assess(conn: Connection, run: StoredRun, config: AnalysisConfig) -> Assessme
     """Feed the writes stored since the run's last analysis to its streaming state (only
     those are read).  Reads only: the service runs it outside the write lock, so a slow
     analysis never holds up other runs' appends."""
-    run = stored_runs.get_run(conn, run.id)  # the row and the points from one snapshot
+    return _assessed(conn, stored_runs.get_run(conn, run.id), config)  # the row and the points from one snapshot
+
+
+def _assessed(conn: Connection, run: StoredRun, config: AnalysisConfig) -> Assessment:
+    """`assess` of the run as `run` says it stands in `conn`'s view."""
     try:
         done = incremental.advance(conn, run, config)
     except AnalysisFailed as e:
@@ -210,6 +214,14 @@ def finish(conn: Connection, run: StoredRun, config: AnalysisConfig, webhooks: S
 def reassess(conn: Connection, run: StoredRun, config: AnalysisConfig, webhooks: Sequence[str], now: float) -> Applied:
     """Analyse and apply in the caller's one transaction (a scan: crash-safe as a whole)."""
     return apply(conn, run, assess(conn, run, config), webhooks, now, config)
+
+
+def analyze_locked(conn: Connection, run: StoredRun, config: AnalysisConfig, webhooks: Sequence[str], now: float) -> Applied:
+    """Analyse and apply in the transaction that has just stored the run's points under its
+    lock (`run`: the row as `store_points` left it).  For a small append to a run analysed up
+    to date: the analysis costs what the points posted bring, and one transaction does what
+    `analyze_now` needs three for (a third of an analysed append's round trips)."""
+    return apply(conn, run, _assessed(conn, run, config), webhooks, now, config)
 
 
 def analyze_now(store: Store, run: StoredRun, config: AnalysisConfig, webhooks: Sequence[str], now: float) -> Applied:

@@ -57,10 +57,10 @@ def test_an_append_bringing_a_new_tag_adds_three_statements(pg_store):
     assert len(sent) <= APPEND_BOUND + 3, "\n".join(sent)  # its row, its first chunk and that chunk's summary
 
 
-ANALYSED_BOUND = 12  # statements of a small append analysed inline: the append's, then a read and a write
+ANALYSED_BOUND = 11  # statements of a small append analysed inline, in its own transaction
 
 
-def test_a_small_append_analysed_inline_reads_the_state_and_new_writes_in_few_statements(pg_store):
+def test_a_small_append_analysed_inline_is_one_transaction_of_few_statements(pg_store):
     tags = ("train/loss", "train/grad_norm")
     append(pg_store, "r", 0, 100, tags, now=1000.0)
     with counting(pg_store.engine) as sent:
@@ -68,3 +68,4 @@ def test_a_small_append_analysed_inline_reads_the_state_and_new_writes_in_few_st
                              settings=Settings(analysis_interval=0.0), now=1001.0)
     assert result.analysis == "done", result
     assert len(sent) <= ANALYSED_BOUND, "\n".join(sent)
+    assert sum(s.startswith("INSERT INTO runs") for s in sent) == 1, "the run was locked more than once"
