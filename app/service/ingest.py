@@ -156,19 +156,17 @@ def _assess(store: Store, before: StoredRun, run: StoredRun, settings: Settings,
     _answer(result, analyze_now(store, run, settings.analysis, settings.webhooks, now))
 
 
-SMALL_APPEND = 1024  # points: an append this small to a run analysed up to date is analysed in its own transaction
+SMALL_APPEND = 1024  # points not yet analysed, an append's included, that its own transaction analyses
 
 
 def _analysed_with_append(before: StoredRun, posted: int, rollbacks: tuple[Rollback, ...], settings: Settings, now: float) -> bool:
     """Whether to analyse in the append's own transaction, under the run's lock: the analysis
-    is due, the run's stored points were all analysed (its state is up to date) and the
-    append is small and rewrites nothing, so the analysis costs what the points posted bring
-    (a few ms; it holds up only this run's appends).  A big or rewriting append, or a run
-    waiting for analysis, is analysed after the commit, outside the lock (`_assess`)."""
-    return (
-        posted <= SMALL_APPEND and not rollbacks and (before.analyzed_points or 0) == before.points
-        and due_for_analysis(before, settings.analysis_interval, now)
-    )
+    is due, the append rewrites nothing and the points not yet analysed (this append's and
+    those of appends deferred since the last analysis) are few, so the analysis costs a few
+    ms and holds up only this run's appends.  Otherwise (a bulk load, a rewrite) the run is
+    analysed after the commit, outside the lock (`_assess`)."""
+    waiting = before.points - (before.analyzed_points or 0)
+    return posted + waiting <= SMALL_APPEND and not rollbacks and due_for_analysis(before, settings.analysis_interval, now)
 
 
 def _answer(result: IngestResult, applied: Applied) -> None:
