@@ -118,7 +118,7 @@ def apply(
     if assessment.points >= run.points:
         done["dirty_since"] = None
     if assessment.error is not None:
-        conn.execute(runs.update().where(runs.c.id == run.id).values(**done))
+        stored_runs.update_run(conn, run.id, done)
         return Applied([], assessment.error)
     if assessment.stream is not None and not incremental.save(conn, run.id, assessment.stream):
         return Applied([])  # another analysis of the run was applied meanwhile: the run waits for the next
@@ -127,7 +127,7 @@ def apply(
     changes = record_changes(conn, run, detected, assessment.current, assessment.last_step, webhooks, now,
                              assessment.vanishing)
     done["health"] = assessment.health
-    conn.execute(runs.update().where(runs.c.id == run.id).values(analyzed_points=assessment.points, **done))
+    stored_runs.update_run(conn, run.id, {"analyzed_points": assessment.points, **done})
     return Applied(changes + refresh_liveness(conn, run, config, webhooks, now, stored))
 
 

@@ -69,12 +69,17 @@ def save_state(conn: Connection, run_id: int, data: bytes, positions: dict[str, 
             return False
         conn.execute(stream_states.insert().values(run_id=run_id, version=1, **values))
         return True
-    moved = conn.execute(
-        stream_states.update()
-        .where(stream_states.c.run_id == run_id, stream_states.c.version == version)
-        .values(version=version + 1, **values)
-    )
+    params = {f"s_{name}": value for name, value in values.items()}
+    moved = conn.execute(_SAVE_STATE, {**params, "s_run_id": run_id, "s_from": version, "s_version": version + 1})
     return moved.rowcount == 1
+
+
+# Built once: every analysis runs it.
+_SAVE_STATE = (
+    stream_states.update()
+    .where(stream_states.c.run_id == sa.bindparam("s_run_id"), stream_states.c.version == sa.bindparam("s_from"))
+    .values({name: sa.bindparam(f"s_{name}", type_=stream_states.c[name].type) for name in ("version", "data", "positions", "points")})
+)
 
 
 def forget(conn: Connection, run_id: int) -> None:
