@@ -86,8 +86,8 @@ class StateOutdated(Exception):
     saved): the run is fed again from the start."""
 
 
-# Raise when any detector's state, or the state's encoding at rest, changes shape.
-STATE_FORMAT = 3
+# Raise when any detector's state changes shape.
+STATE_FORMAT = 4
 
 
 # -- the state --------------------------------------------------------------------------
