@@ -60,7 +60,7 @@ def advance(conn: Connection, run: StoredRun, config: AnalysisConfig) -> Advance
     `config`'s `[[override]]` tables that match it applied."""
     config = config.for_run(run.source, run.name)
     saved = streams.load_state(conn, run.id)
-    resumes = stored_runs.load_resumes(conn, run.id)
+    resumes = stored_runs.load_resumes(conn, run.id) if run.state.segments.segment else ()  # segment 0: never rolled back
     try:
         state = _saved(saved)
         shown = _ids(run, state.shown)
@@ -83,7 +83,7 @@ def advance(conn: Connection, run: StoredRun, config: AnalysisConfig) -> Advance
         log.exception("analysis failed", extra={"source": run.source, "run": run.name})
         raise AnalysisFailed(run.source, run.name, e) from e
     alerts = [_alert(run, f) for f in closed + still]
-    latest = streams.latest_checkpoint(conn, run.id, replayed)
+    latest = saved.checkpoint if saved is not None and replayed is None else streams.latest_checkpoint(conn, run.id, replayed)
     step = Advance(
         dumps(new), positions, saved.version if saved else None, new.points, new.fed(),
         checkpoint=new.points - latest >= streams.CHECKPOINT_POINTS, replayed_from=replayed,

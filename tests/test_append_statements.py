@@ -55,3 +55,18 @@ def test_an_append_bringing_a_new_tag_adds_three_statements(pg_store):
     append(pg_store, "r", 0, 100, ("train/loss",), now=1000.0)
     sent = append(pg_store, "r", 100, 5, ("train/loss", "eval/loss"), now=1001.0)
     assert len(sent) <= APPEND_BOUND + 3, "\n".join(sent)  # its row, its first chunk and that chunk's summary
+
+
+ANALYSED_BOUND = 11  # statements of a small append analysed inline, in its own transaction
+
+
+def test_a_small_append_analysed_inline_is_one_transaction_of_few_statements(pg_store):
+    tags = ("train/loss", "train/grad_norm")
+    append(pg_store, "r", 0, 100, tags, now=1000.0)  # created and analysed
+    append(pg_store, "r", 100, 5, tags, now=1001.0)  # deferred: waits for the next analysis
+    with counting(pg_store.engine) as sent:
+        result = ingest_json(pg_store, "r", body(105, 5, tags), ndjson=True, strict=True,
+                             settings=Settings(analysis_interval=0.0), now=1002.0)
+    assert result.analysis == "done", result
+    assert len(sent) <= ANALYSED_BOUND, "\n".join(sent)
+    assert sum(s.startswith("INSERT INTO runs") for s in sent) == 1, "the run was locked more than once"

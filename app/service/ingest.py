@@ -36,7 +36,7 @@ from app.service.settings import HTTP_SOURCE, Settings
 from app.store import runs as stored_runs
 from app.store.db import Store
 from app.store.runs import StoredFile, StoredRun
-from app.updates import Reported, analyze_now, due_for_analysis, store_points
+from app.updates import Applied, Reported, analyze_locked, analyze_now, due_for_analysis, store_points
 
 REQUEST = "request"  # the "file" posted points and rollbacks are recorded as coming from
 
@@ -80,6 +80,9 @@ def ingest_json(store: Store, run: str, body: bytes, ndjson: bool, strict: bool,
         result.rollbacks = [{"tags": list(r.tags), "from_step": r.from_step, "to_step": r.to_step} for r in rollbacks]
         updated = store_points(conn, stored, fresh, segment, rollbacks, RunState(segments, stored.state.plugins), now,
                                dirty=True)
+        if _analysed_with_append(stored, len(fresh), rollbacks, settings, now):
+            _answer(result, analyze_locked(conn, updated, settings.analysis, settings.webhooks, now))
+            return result
     _assess(store, stored, updated, settings, now, result)
     return result
 
@@ -150,7 +153,23 @@ def _assess(store: Store, before: StoredRun, run: StoredRun, settings: Settings,
     if not due_for_analysis(before, settings.analysis_interval, now):
         result.analysis = "deferred"
         return
-    applied = analyze_now(store, run, settings.analysis, settings.webhooks, now)
+    _answer(result, analyze_now(store, run, settings.analysis, settings.webhooks, now))
+
+
+SMALL_APPEND = 1024  # points not yet analysed, an append's included, that its own transaction analyses
+
+
+def _analysed_with_append(before: StoredRun, posted: int, rollbacks: tuple[Rollback, ...], settings: Settings, now: float) -> bool:
+    """Whether to analyse in the append's own transaction, under the run's lock: the analysis
+    is due, the append rewrites nothing and the points not yet analysed (this append's and
+    those of appends deferred since the last analysis) are few, so the analysis costs a few
+    ms and holds up only this run's appends.  Otherwise (a bulk load, a rewrite) the run is
+    analysed after the commit, outside the lock (`_assess`)."""
+    waiting = before.points - (before.analyzed_points or 0)
+    return posted + waiting <= SMALL_APPEND and not rollbacks and due_for_analysis(before, settings.analysis_interval, now)
+
+
+def _answer(result: IngestResult, applied: Applied) -> None:
     result.changes = applied.changes
     result.analysis = "done" if applied.error is None else "failed"
     result.analysis_error = applied.error

@@ -16,8 +16,11 @@ from app.store.schema import alert_events, alerts, deliveries, runs
 
 
 def load_alerts(conn: Connection, run_id: int) -> dict[str, AlertRecord]:
-    query = sa.select(alerts, runs.c.name).join(runs, runs.c.id == alerts.c.run_id).where(alerts.c.run_id == run_id)
-    return {row.id: _record(row) for row in conn.execute(query)}
+    return {row.id: _record(row) for row in conn.execute(_LOAD_ALERTS, {"run_id": run_id})}
+
+
+# Built once: every analysed append runs it.
+_LOAD_ALERTS = sa.select(alerts, runs.c.name).join(runs, runs.c.id == alerts.c.run_id).where(alerts.c.run_id == sa.bindparam("run_id"))
 
 
 def open_of_kind(conn: Connection, kind: str, run_ids: list[int] | None = None) -> dict[int, dict[str, AlertRecord]]:

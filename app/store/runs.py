@@ -247,6 +247,12 @@ def save_run(
     conn.execute(_save_statement(tuple(sorted(values)), dirty), {**params, "run_id": run.id, "dirty_at": now})
 
 
+def update_run(conn: Connection, run_id: int, values: Mapping[str, object]) -> None:
+    """Set these columns of the run's row (what an analysis applied records)."""
+    params = {f"v_{column}": value for column, value in values.items()}
+    conn.execute(_save_statement(tuple(sorted(values)), False), {**params, "run_id": run_id})
+
+
 @functools.cache
 def _save_statement(columns: tuple[str, ...], dirty: bool) -> sa.Executable:
     """Built once per set of columns: every append runs it."""

@@ -27,6 +27,7 @@ class SavedState:
     positions: dict[str, tuple[int, int]]  # tag -> (last chunk fed, writes of it fed)
     version: int
     points: int
+    checkpoint: int  # points of the run's newest checkpoint (0: none)
 
 
 @dataclass(frozen=True)
@@ -37,11 +38,25 @@ class Checkpoint:
 
 
 def load_state(conn: Connection, run_id: int) -> SavedState | None:
-    row = conn.execute(sa.select(stream_states).where(stream_states.c.run_id == run_id)).first()
+    """The run's saved state and where its newest checkpoint stands, in one query (an
+    analysed append runs it)."""
+    row = conn.execute(_LOAD_STATE, {"run_id": run_id}).first()
     if row is None:
         return None
     positions = {tag: (int(c), int(n)) for tag, (c, n) in row.positions.items()}
-    return SavedState(row.data, positions, row.version, row.points)
+    return SavedState(row.data, positions, row.version, row.points, row.checkpoint or 0)
+
+
+def _load_state_query() -> sa.Select:
+    newest = (
+        sa.select(sa.func.max(stream_checkpoints.c.points))
+        .where(stream_checkpoints.c.run_id == stream_states.c.run_id)
+        .scalar_subquery()
+    )
+    return sa.select(stream_states, newest.label("checkpoint")).where(stream_states.c.run_id == sa.bindparam("run_id"))
+
+
+_LOAD_STATE = _load_state_query()  # built once: every analysed append runs it
 
 
 def save_state(conn: Connection, run_id: int, data: bytes, positions: dict[str, tuple[int, int]], points: int,
@@ -54,12 +69,17 @@ def save_state(conn: Connection, run_id: int, data: bytes, positions: dict[str, 
             return False
         conn.execute(stream_states.insert().values(run_id=run_id, version=1, **values))
         return True
-    moved = conn.execute(
-        stream_states.update()
-        .where(stream_states.c.run_id == run_id, stream_states.c.version == version)
-        .values(version=version + 1, **values)
-    )
+    params = {f"s_{name}": value for name, value in values.items()}
+    moved = conn.execute(_SAVE_STATE, {**params, "s_run_id": run_id, "s_from": version, "s_version": version + 1})
     return moved.rowcount == 1
+
+
+# Built once: every analysis runs it.
+_SAVE_STATE = (
+    stream_states.update()
+    .where(stream_states.c.run_id == sa.bindparam("s_run_id"), stream_states.c.version == sa.bindparam("s_from"))
+    .values({name: sa.bindparam(f"s_{name}", type_=stream_states.c[name].type) for name in ("version", "data", "positions", "points")})
+)
 
 
 def forget(conn: Connection, run_id: int) -> None:
@@ -77,32 +97,26 @@ def new_writes(
     conn: Connection, run_id: int, positions: dict[str, tuple[int, int]]
 ) -> tuple[dict[str, TagWrites], dict[str, tuple[int, int]]]:
     """The writes stored since `positions`, per tag in write order, and the positions after
-    them (one query: each tag's chunks from its last one fed on).  A tag's last chunk may
-    have grown since (small appends go into it): only its writes past those fed are new."""
-    ids = _tag_ids(conn, run_id)
-    if not ids:
-        return {}, dict(positions)
-    since = [
-        sa.and_(chunk_table.c.tag_id == tag_id, chunk_table.c.id >= positions.get(name, (0, 0))[0])
-        for name, tag_id in ids
-    ]
+    them (one query: each tag's chunks from its last one fed on, every chunk of a tag not
+    fed yet).  A tag's last chunk may have grown since (small appends go into it): only its
+    writes past those fed are new."""
+    since = sa.case({name: chunk_id for name, (chunk_id, _) in positions.items()}, value=tags.c.name, else_=0) if positions else 0
     query = (
-        sa.select(chunk_table.c.tag_id, chunk_table.c.id, chunk_table.c.count, chunk_table.c.data)
-        .where(sa.or_(*since))
-        .order_by(chunk_table.c.tag_id, chunk_table.c.id)
+        sa.select(tags.c.name, chunk_table.c.id, chunk_table.c.count, chunk_table.c.data)
+        .join(chunk_table, chunk_table.c.tag_id == tags.c.id)
+        .where(tags.c.run_id == run_id, chunk_table.c.id >= since)
+        .order_by(tags.c.id, chunk_table.c.id)
     )
-    names = {tag_id: name for name, tag_id in ids}
     pieces: dict[str, list] = {}
     after = dict(positions)
-    for tag_id, cid, count, data in conn.execute(query):
-        name = names[tag_id]
+    for name, cid, count, data in conn.execute(query):
         chunk_id, fed = positions.get(name, (0, 0))
         skip = fed if cid == chunk_id else 0
         if count > skip:
             step, segment, value = chunks.unpack_series(data, count)
             pieces.setdefault(name, []).append((step[skip:], value[skip:], segment[skip:]))
         after[name] = (cid, count)
-    return {name: _joined(pieces[name]) for name, _ in ids if name in pieces}, after
+    return {name: _joined(parts) for name, parts in pieces.items()}, after
 
 
 def writes_after(conn: Connection, run_id: int, fed: dict[str, int]) -> tuple[dict[str, TagWrites], dict[str, tuple[int, int]]]:
