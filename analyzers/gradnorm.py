@@ -34,9 +34,9 @@ bench/trained `charlm_fp16_lr_jump` and `charlm_fp16_collapse_b`: Inf at 4 steps
 is left to the NaN/Inf detector; its peak and size are of its finite points.
 
 An explosion is told once a second point stands over the line and one of them is finite,
-or when it closes: a one-point jump that is back at the next point (a 12x blip of a char-LM's fp16 grad norm,
-`charlm_fp16_lr_jump` at step 1736, with the loss unmoved) is informational unless a loss
-spike follows it (`analyzers.incidents.join_explosions`).
+or when it closes: a one-point jump that is back at the next point (a 12x blip of a
+char-LM's fp16 grad norm, `charlm_fp16_lr_jump` at step 1736, with the loss unmoved) is
+informational unless a loss spike follows it (`analyzers.incidents.join_explosions`).
 
 Stuck.  `stuck_points` (50) identical finite values in a row: a norm that is not measured,
 or steps that are skipped.

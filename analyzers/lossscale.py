@@ -23,9 +23,9 @@ diverged).
   1523: 1523.  A drift that overflows every 10-50 points (tests/curves.py `plant_fp16`)
   collapses from its first skip in 11 of 12 curves with a spacing of 2, in 9 with 3 to 8;
   the one left has a sawtooth skip 36 points before the drift, inside the drift's own
-  cadence, which no rule on the curve can tell apart.  The collapse lasts until the scale is back at its peak;
-  it is ongoing while the scale is 64x below it or at the floor.  Its drops are counted
-  from the last point at the peak.
+  cadence, which no rule on the curve can tell apart.  The collapse lasts until the scale
+  is back at its peak; it is ongoing while the scale is 64x below it or at the floor.  Its
+  drops are counted from the last point at the peak.
 
 Streaming state: the previous value, the peak, the largest value seen, the last
 `RECENT_DROPS` halvings (point index and step), the floor run, the drops since the peak
