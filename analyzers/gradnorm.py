@@ -52,7 +52,7 @@ import numpy as np
 
 from analyzers.findings import Finding, Kind, Severity
 from analyzers.series import Series
-from analyzers.stream import StreamState, detect_at_once, finite_points, run_lengths
+from analyzers.stream import StreamState, detect_at_once, finite_points, points_where, run_lengths
 
 
 @dataclass(frozen=True)
@@ -358,10 +358,7 @@ class GradNormDetector:
 
 def _judged_points(step: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The points explosions are judged on: the finite ones and +Inf (an overflow)."""
-    keep = ~np.isnan(value) & (value != -np.inf)
-    if keep.all():
-        return np.asarray(step, np.int64), np.asarray(value, np.float64)
-    return np.asarray(step, np.int64)[keep], np.asarray(value, np.float64)[keep]
+    return points_where(step, value, ~np.isnan(value) & (value != -np.inf))
 
 
 def _settled(ext: np.ndarray, k: int, over: np.ndarray, size: int) -> np.ndarray:

@@ -102,7 +102,11 @@ class Streaming(Protocol[S]):
 def finite_points(step: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The finite points of a piece: what trend statistics are computed on (the arrays
     themselves when every point is)."""
-    keep = np.isfinite(value)
+    return points_where(step, value, np.isfinite(value))
+
+
+def points_where(step: np.ndarray, value: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The points of a piece where `keep` holds (the arrays themselves when it holds everywhere)."""
     if keep.all():
         return np.asarray(step, np.int64), np.asarray(value, np.float64)
     return np.asarray(step, np.int64)[keep], np.asarray(value, np.float64)[keep]
