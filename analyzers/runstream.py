@@ -44,7 +44,14 @@ from analyzers.config import AnalysisConfig
 from analyzers.findings import Finding, Kind, Severity, SpikeClass
 from analyzers.gradnorm import GradNormDetector, GradNormState
 from analyzers.health import Health, RunHealth, converged, told, unsettling
-from analyzers.incidents import explained_by_spike, join_explosions, overfitting_tells, told_by_loss_nan
+from analyzers.incidents import (
+    explained_by_spike,
+    inside_explosion,
+    join_explosions,
+    overfitting_tells,
+    still_up,
+    told_by_loss_nan,
+)
 from analyzers.lossscale import LossScaleDetector, LossScaleState
 from analyzers.nonfinite import NonFiniteDetector, NonFiniteState, hidden_nan, under_fp16
 from analyzers.overfitting import EvalRiseDetector, EvalRiseState, judge, train_counterpart
@@ -87,7 +94,7 @@ class StateOutdated(Exception):
 
 
 # Raise when any detector's state changes shape.
-STATE_FORMAT = 4
+STATE_FORMAT = 5
 
 
 # -- the state --------------------------------------------------------------------------
@@ -614,7 +621,10 @@ def _cross(state: RunState, config: AnalysisConfig) -> list[Finding]:
         if f.severity is Severity.CRITICAL and tags[tag].role is Role.GRAD_NORM:
             f = hidden_nan(f, series[tag], train)
         nonfinite.append(under_fp16(f) if fp16 and f.severity >= Severity.WARNING else f)
-    nonfinite = [f for f in nonfinite if not told_by_loss_nan(f, nonfinite, set(losses), set(by_role[Role.GRAD_NORM]))]
+    nonfinite = [
+        f for f in nonfinite
+        if not told_by_loss_nan(f, nonfinite, set(losses), set(by_role[Role.GRAD_NORM])) and not inside_explosion(f, explosions)
+    ]
     scale = [f for _, f in _group(state, "scale")]
     run = RunSeries(series, {}, ())
     restarts = []
@@ -638,7 +648,7 @@ def _trends(
     train = [series[t] for t in by_role[Role.LOSS]]
     found = []
     for s in train:
-        past = [_past_spike(s.tag, start, fast) for start, fast in state.past_spikes.get(s.tag, [])]
+        past = [_past_spike(s.tag, *spike) for spike in state.past_spikes.get(s.tag, [])]
         mine = [f for tag, f in _group(state, "divergence") if tag == s.tag]
         found += [f for f in mine if not explained_by_spike(f, past + spikes)]
         unmoved = [f for tag, f in _group(state, "initial") if tag == s.tag and not warming_up(lr, f)]
@@ -651,10 +661,13 @@ def _trends(
     return found
 
 
-def _past_spike(tag: str, start: int, fast: bool) -> Finding:
-    """What `explained_by_spike` needs of a spike no longer kept: its tag, onset and class."""
-    kind = SpikeClass.FAST_RECOVERING if fast else SpikeClass.SLOW_RECOVERING
-    return Finding(Kind.LOSS_SPIKE, tag, Severity.INFO, start, "", "", classification=kind)
+def _past_spike(tag: str, start: int, fast: bool, up: bool) -> Finding:
+    """What `explained_by_spike` needs of a spike no longer kept: its tag, onset, class and
+    whether the loss came back from it."""
+    if fast:
+        return Finding(Kind.LOSS_SPIKE, tag, Severity.INFO, start, "", "", classification=SpikeClass.FAST_RECOVERING, end_step=start)
+    kind = SpikeClass.DIVERGENT if up else SpikeClass.SLOW_RECOVERING
+    return Finding(Kind.LOSS_SPIKE, tag, Severity.INFO, start, "", "", classification=kind, end_step=None if up else start)
 
 
 # -- what is final ----------------------------------------------------------------------
@@ -730,7 +743,7 @@ def _forget(state: RunState, tail_points: int) -> None:
 def _remember_spike(state: RunState, k: Kept) -> None:
     if k.group == "spike":
         past = state.past_spikes.setdefault(k.tag, [])
-        past.append((k.finding.start_step, k.finding.classification is SpikeClass.FAST_RECOVERING))
+        past.append((k.finding.start_step, k.finding.classification is SpikeClass.FAST_RECOVERING, still_up(k.finding)))
         del past[:-MAX_PAST_SPIKES]
 
 
