@@ -246,6 +246,14 @@ PLANS = [
     Plan("charlm_resume_exact_c", "The process dies after step 1211; a new one resumes from the step-1000 "
          "checkpoint with everything restored (a clean resume: steps go back 211).", seed=48, crash_after=1211,
          resume_from=1000),
+    Plan("charlm_clean_hot_noclip", "Clean run at twice the peak LR (6e-3) without gradient clipping.", seed=49,
+         peak_lr=6e-3, clip=None),
+    Plan("charlm_bad_batch_d", "Corrupted batches at steps 600, 1100 and 1600, gradient clipping at 1.", seed=50,
+         corrupt=garbage({600, 1100, 1600})),
+    Plan("charlm_lr_burst_d", "LR x8 for steps 900-949, no gradient clipping.", seed=51, clip=None,
+         lr_factor=window(900, 950, 8.0)),
+    Plan("charlm_clean_long_warmup", "Clean run with a 600-step warmup, no gradient clipping, evaluated every 100 "
+         "steps.", seed=52, warmup=600, clip=None, eval_every=100),
 ]
 
 
