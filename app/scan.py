@@ -159,21 +159,22 @@ def scan(
     with store.read() as conn:
         known = {source: stored_runs.known_files(conn, source) for source in sources}
     counted = _Progress(len(targets), progress)
-    batch: list[_Target] = []
+    batch: dict[tuple[str, str], _Target] = {}
     for target in targets:
         if not _changed(target, known[target.source].get(target.name, {})):
             counted.one()
-        elif target.text:
-            _scan_runs(store, batch, options, outcome, counted)  # first the runs found before it, in order
-            batch = []
+            continue
+        # A text log is stored on its own, after the runs found before it; a run already in
+        # the batch (a folder named as the logdir itself) is read again once that is stored.
+        if target.text or len(batch) == BATCH_RUNS or (target.source, target.name) in batch:
+            _scan_runs(store, list(batch.values()), options, outcome, counted)
+            batch = {}
+        if target.text:
             _scan_text(store, target, options, outcome)
             counted.one()
         else:
-            batch.append(target)
-        if len(batch) == BATCH_RUNS:
-            _scan_runs(store, batch, options, outcome, counted)
-            batch = []
-    _scan_runs(store, batch, options, outcome, counted)
+            batch[target.source, target.name] = target
+    _scan_runs(store, list(batch.values()), options, outcome, counted)
     outcome.events += check_liveness(store, config, webhooks, clock(), sources, hold=_holder(options))
     if client is not None:
         outcome.deliveries = _deliver(store, client, webhooks, delivery, clock, budget)
