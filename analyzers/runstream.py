@@ -29,6 +29,7 @@ feeds again from a saved state that had not reached those steps (a checkpoint).
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 import math
@@ -898,7 +899,7 @@ def _detector_plain(x: Any, pack) -> Any:
     """A detector's state as `StreamState.to_dict` gives it, but its arrays packed as bytes
     (a spike detector's state holds a few hundred points)."""
     if isinstance(x, StreamState):
-        return {f.name: _detector_plain(getattr(x, f.name), pack) for f in fields(x)}
+        return {name: _detector_plain(getattr(x, name), pack) for name, _, _ in _layout(type(x))}
     if isinstance(x, np.ndarray):
         return {"@": pack(x)}
     if isinstance(x, tuple):
@@ -908,23 +909,36 @@ def _detector_plain(x: Any, pack) -> Any:
 
 def _detector_state(cls: type, data: dict, unpack) -> Any:
     """The inverse of `_detector_plain`, typed by the state class's fields."""
-    hints = field_types(cls)
     values = {}
-    for f in fields(cls):
-        raw, hint = data[f.name], required(hints[f.name])
+    for name, nested, items in _layout(cls):
+        raw = data[name]
         if raw is None:
-            values[f.name] = None
-        elif isinstance(hint, type) and issubclass(hint, StreamState):
-            values[f.name] = _detector_state(hint, raw, unpack)
+            values[name] = None
+        elif nested is not None:
+            values[name] = _detector_state(nested, raw, unpack)
         elif isinstance(raw, dict) and "@" in raw:
-            values[f.name] = unpack(raw["@"])
-        elif isinstance(raw, list) and of_states(hint):
-            values[f.name] = tuple(_detector_state(typing.get_args(hint)[0], v, unpack) for v in raw)
+            values[name] = unpack(raw["@"])
+        elif isinstance(raw, list) and items is not None:
+            values[name] = tuple(_detector_state(items, v, unpack) for v in raw)
         elif isinstance(raw, list):
-            values[f.name] = tuple(raw)
+            values[name] = tuple(raw)
         else:
-            values[f.name] = raw
+            values[name] = raw
     return cls(**values)
+
+
+@functools.cache
+def _layout(cls: type) -> tuple[tuple[str, type | None, type | None], ...]:
+    """A state class's fields as (name, the state class it nests, the state class of the
+    incidents it holds in a tuple): worked out once per class, as every analysis loads and
+    saves a state of some fifty nested ones."""
+    hints = field_types(cls)
+    out = []
+    for f in fields(cls):
+        hint = required(hints[f.name])
+        nested = hint if isinstance(hint, type) and issubclass(hint, StreamState) else None
+        out.append((f.name, nested, typing.get_args(hint)[0] if of_states(hint) else None))
+    return tuple(out)
 
 
 def _finding_plain(f: Finding) -> dict:
