@@ -336,6 +336,15 @@ def tag_summary(conn: Connection, run_id: int) -> list[tuple[str, int, int, int]
 
 def load_tag_writes(conn: Connection, run_id: int, tag: str, from_step: int | None = None) -> TagWrites | None:
     """Every write of one tag (those of chunks reaching `from_step` or later), in write order."""
+    found = load_tag_writes_timed(conn, run_id, tag, from_step)
+    return found[0] if found is not None else None
+
+
+def load_tag_writes_timed(
+    conn: Connection, run_id: int, tag: str, from_step: int | None = None
+) -> tuple[TagWrites, np.ndarray] | None:
+    """`load_tag_writes` and each write's wall time (NaN where none was recorded): what tells
+    a retry, which sends a point's wall time again, from a job going over its steps again."""
     query = (
         sa.select(chunk_table.c.count, chunk_table.c.data)
         .join(tags, tags.c.id == chunk_table.c.tag_id)
@@ -347,11 +356,12 @@ def load_tag_writes(conn: Connection, run_id: int, tag: str, from_step: int | No
     pieces = [chunks.unpack(data, count) for count, data in conn.execute(query)]
     if not pieces:
         return None
-    return TagWrites(
+    writes = TagWrites(
         step=np.concatenate([p[0] for p in pieces]),
         value=np.concatenate([p[3] for p in pieces]),
         segment=np.concatenate([p[1] for p in pieces]),
     )
+    return writes, np.concatenate([p[2] for p in pieces])
 
 
 @dataclass(frozen=True)
