@@ -71,26 +71,31 @@ class Replayer:
     def replay(self, run: Run, event: Event) -> Timing:
         self.replays += 1
         name = f"{run.name}#{self.replays}"
-        steps, tags, values = _ordered(run)
+        steps, tags, values, times = _ordered(run)
         start, live, horizon = _window(steps, tags, values, run.points.tags, event)
         history = (steps >= start) & (steps < live)
         if history.any():
-            self._post(name, run.points.tags, steps[history], tags[history], values[history])
+            self._post(name, run.points.tags, steps[history], tags[history], values[history], times[history])
         chunk = np.floor_divide(steps, CHUNK_STEPS)
         later = np.flatnonzero((steps >= live) & (steps <= horizon))
         own = steps[tags == run.points.tags.index(event.tag)]
         posts = 0
         for ids in np.split(later, np.flatnonzero(np.diff(chunk[later])) + 1) if len(later) else []:
-            changes = self._post(name, run.points.tags, steps[ids], tags[ids], values[ids])
+            changes = self._post(name, run.points.tags, steps[ids], tags[ids], values[ids], times[ids])
             posts += 1
             last = int(steps[ids].max())
             if any(_tells(c.event, event) for c in changes):
                 return Timing(event, last, int(np.sum((own >= event.step) & (own <= last))), posts)
         return Timing(event, None, None, posts)
 
-    def _post(self, name: str, names: tuple[str, ...], steps: np.ndarray, tags: np.ndarray, values: np.ndarray) -> list:
+    def _post(
+        self, name: str, names: tuple[str, ...], steps: np.ndarray, tags: np.ndarray, values: np.ndarray, times: np.ndarray
+    ) -> list:
+        """One request, with each point's wall time where the run recorded one (as the client
+        sends it: what tells a job going over its steps again from a retry)."""
         body = json.dumps({"points": [
-            {"step": int(s), "tag": names[t], "value": json_number(float(v))} for s, t, v in zip(steps, tags, values)
+            {"step": int(s), "tag": names[t], "value": json_number(float(v)), **({"wall_time": float(w)} if math.isfinite(w) else {})}
+            for s, t, v, w in zip(steps, tags, values, times)
         ]}).encode()
         self.clock += 1.0
         return ingest_json(self.store, name, body, False, False, self.settings, self.clock).changes
@@ -101,12 +106,12 @@ def _tells(reported, event: Event) -> bool:
     return reported.change.value in ("firing", "updated", "pending") and event.matches(r.kind, r.tag, r.start_step)
 
 
-def _ordered(run: Run) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _ordered(run: Run) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The points in the order the job wrote them: by segment (a resumed job's second event
-    file comes after its first, its steps going back), then by step."""
+    file comes after its first, its steps going back), then by step; with their wall times."""
     p = run.points
     order = np.lexsort((p.step, run.segment))
-    return p.step[order], p.tag[order], p.value[order]
+    return p.step[order], p.tag[order], p.value[order], p.wall_time[order]
 
 
 def _window(steps, tags, values, names: tuple[str, ...], event: Event) -> tuple[int, int, int]:
