@@ -118,3 +118,19 @@ def test_posts_are_answered_once_committed_and_keep_their_run_order(store):
         (run,) = stored_runs.find_runs(conn, "r0", "http")
         writes = stored_runs.load_writes(conn, run.id)["loss"]
     assert writes.step.tolist()[-2:] == [9, 9] and writes.value.tolist()[-1] == 99.0
+
+
+def test_an_analysis_failing_after_the_commit_fails_its_post_alone(store, monkeypatch):
+    analyze_now = ingest.analyze_now
+
+    def failing(store, run, *args):
+        if run.name == "bad":
+            raise RuntimeError("this run's analysis fails")
+        return analyze_now(store, run, *args)
+
+    monkeypatch.setattr(ingest, "_analysed_with_append", lambda *args: False)  # every analysis after the commit
+    monkeypatch.setattr(ingest, "analyze_now", failing)
+    answers = ingest_json_group(store, [posted("a", 0), posted("bad", 0)], Settings(analysis_interval=0.0))
+    assert isinstance(answers[1], RuntimeError)
+    assert answers[0].accepted == 10 and answers[0].analysis == "done"
+    assert stored_points(store, "bad") == {"loss": list(range(5)), "grad_norm": list(range(5))}  # stored all the same

@@ -102,8 +102,10 @@ def ingest_json_group(store: Store, posts: Sequence[PostedPoints], settings: Set
             parsed.append((i, points, result))
     if not parsed:
         return answers
+    later: list[tuple[int, StoredRun, StoredRun]] = []
     try:
-        _store_group(store, [(posts[i], points, result) for i, points, result in parsed], settings, answers, [i for i, _, _ in parsed])
+        later = _store_group(store, [(posts[i], points, result) for i, points, result in parsed], settings, answers,
+                             [i for i, _, _ in parsed])
     except Exception as e:
         if len(parsed) == 1 or unavailable(e):
             for i, _, _ in parsed:
@@ -111,9 +113,14 @@ def ingest_json_group(store: Store, posts: Sequence[PostedPoints], settings: Set
             return answers
         for i, points, result in parsed:  # alone, each fails or not on its own account
             try:
-                _store_group(store, [(posts[i], points, result)], settings, answers, [i])
+                later += _store_group(store, [(posts[i], points, result)], settings, answers, [i])
             except Exception as alone:
                 answers[i] = alone
+    for i, before, run in later:  # committed: an analysis that fails now fails its post alone
+        try:
+            _assess(store, before, run, settings, posts[i].now, answers[i])
+        except Exception as e:
+            answers[i] = e
     return answers
 
 
@@ -137,11 +144,12 @@ def _parsed(post: PostedPoints, settings: Settings) -> tuple[Points | None, Inge
 def _store_group(
     store: Store, group: list[tuple[PostedPoints, Points, IngestResult]], settings: Settings,
     answers: list[IngestResult | Exception], at: list[int],
-) -> None:
+) -> list[tuple[int, StoredRun, StoredRun]]:
     """Store the group's points in one transaction, its runs locked in one statement; put
     each post's answer (a copy of its answer so far, so a failed try leaves none half-made)
     at its place in `answers`.  A run analysed with its append is analysed in the same
-    transaction; one that needs more (a rewrite, a bulk load) after the commit."""
+    transaction; those that need more (a rewrite, a bulk load) are returned, to assess once
+    committed: (place in `answers`, the run before, the run after)."""
     results = [replace(result) for _, _, result in group]
     with store.write() as conn:
         locked = stored_runs.lock_runs(conn, HTTP_SOURCE, [post.run for post, _, _ in group], group[0][0].now)
@@ -164,11 +172,10 @@ def _store_group(
             if _analysed_with_append(s.run, len(s.points), s.rollbacks, settings, s.now):
                 _answer(results[k], analyze_locked(conn, run, settings.analysis, settings.webhooks, s.now))
             else:
-                after.append((k, s.run, run))
-    for k, before, run in after:
-        _assess(store, before, run, settings, group[k][0].now, results[k])
+                after.append((at[k], s.run, run))
     for k, result in enumerate(results):
         answers[at[k]] = result
+    return after
 
 
 def rollback(store: Store, run: str, to_step: int, settings: Settings, now: float) -> IngestResult:
