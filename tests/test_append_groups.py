@@ -134,3 +134,22 @@ def test_an_analysis_failing_after_the_commit_fails_its_post_alone(store, monkey
     assert isinstance(answers[1], RuntimeError)
     assert answers[0].accepted == 10 and answers[0].analysis == "done"
     assert stored_points(store, "bad") == {"loss": list(range(5)), "grad_norm": list(range(5))}  # stored all the same
+
+
+def test_a_post_is_not_held_up_by_the_analysis_due_with_another(store, monkeypatch):
+    ingest_json(store, "a", body(0, 5), False, False, DEFERRED, 1000.0)  # analysed at 1000: not due again at 1001
+    events = []
+    analyze_locked = ingest.analyze_locked
+
+    def analysing(conn, run, *args):
+        events.append(("analysed", run.name))
+        return analyze_locked(conn, run, *args)
+
+    monkeypatch.setattr(ingest, "analyze_locked", analysing)
+    answers = ingest_json_group(store, [posted("a", 5), posted("b", 0)], Settings(analysis_interval=10.0),
+                                answered=lambda i, answer: events.append(("answered", i)))
+    assert events == [("answered", 0), ("analysed", "b"), ("answered", 1)]
+    assert answers[0].analysis == "deferred" and answers[1].analysis == "done"
+    with store.read() as conn:
+        (b,) = stored_runs.find_runs(conn, "b", "http")
+    assert b.analyzed_points == 10

@@ -66,22 +66,28 @@ class AppendGroups:
             asyncio.get_running_loop().create_task(self._write(group, runs))
 
     async def _write(self, group: list[tuple[PostedPoints, asyncio.Future[IngestResult]]], runs: set[str]) -> None:
+        loop = asyncio.get_running_loop()
+
+        def answered(i: int, answer: IngestResult | Exception) -> None:  # in the group's thread
+            loop.call_soon_threadsafe(_settle, group[i][1], answer)
+
         try:
-            loop = asyncio.get_running_loop()
+            posts = [posted for posted, _ in group]
             try:
-                answers = await loop.run_in_executor(
-                    self._threads, ingest_json_group, self._store, [posted for posted, _ in group], self._settings
-                )
-            except Exception as e:  # a defect of the grouping itself: every post of the group says so
-                answers = [e] * len(group)
-            for (_, future), answer in zip(group, answers):
-                if future.done():
-                    continue
-                if isinstance(answer, Exception):
-                    future.set_exception(answer)
-                else:
-                    future.set_result(answer)
+                await loop.run_in_executor(self._threads, ingest_json_group, self._store, posts, self._settings, answered)
+            except Exception as e:  # a defect of the grouping itself: every post not yet answered says so
+                for _, future in group:
+                    _settle(future, e)
         finally:
             self._writing -= runs
             self._groups -= 1
             self._start()
+
+
+def _settle(future: asyncio.Future[IngestResult], answer: IngestResult | Exception) -> None:
+    if future.done():
+        return  # answered already, or its request went away
+    if isinstance(answer, Exception):
+        future.set_exception(answer)
+    else:
+        future.set_result(answer)

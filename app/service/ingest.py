@@ -19,7 +19,7 @@ start at, and the service keeps each file's offset, so a resent chunk stores not
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -83,12 +83,22 @@ class PostedPoints:
     now: float
 
 
-def ingest_json_group(store: Store, posts: Sequence[PostedPoints], settings: Settings) -> list[IngestResult | Exception]:
+Answered = Callable[[int, IngestResult | Exception], None]
+
+
+def ingest_json_group(
+    store: Store, posts: Sequence[PostedPoints], settings: Settings, answered: Answered | None = None,
+) -> list[IngestResult | Exception]:
     """Store several posts to distinct runs in one transaction (group commit: one commit and
     the statements of one append for the lot), each answered as if posted alone: its result,
     or the error it alone would have raised.  Should the group's transaction fail, each post
     is tried again in a transaction of its own, so one post's failure never fails another's
-    (unless the store itself is unavailable: then all fail at once, as each would)."""
+    (unless the store itself is unavailable: then all fail at once, as each would).
+
+    `answered(i, answer)` is told each post's answer as soon as it is final: a post is not
+    held up by the analyses due with others of its group, which run once the group has
+    committed, together in a second transaction (a group of one post is analysed in its own
+    transaction, as an append alone always was)."""
     answers: list[IngestResult | Exception] = []
     parsed: list[tuple[int, Points, IngestResult]] = []
     for i, post in enumerate(posts):
@@ -100,28 +110,80 @@ def ingest_json_group(store: Store, posts: Sequence[PostedPoints], settings: Set
         answers.append(result)
         if points is not None:
             parsed.append((i, points, result))
-    if not parsed:
-        return answers
-    later: list[tuple[int, StoredRun, StoredRun]] = []
-    try:
-        later = _store_group(store, [(posts[i], points, result) for i, points, result in parsed], settings, answers,
-                             [i for i, _, _ in parsed])
-    except Exception as e:
-        if len(parsed) == 1 or unavailable(e):
-            for i, _, _ in parsed:
-                answers[i] = e
-            return answers
-        for i, points, result in parsed:  # alone, each fails or not on its own account
-            try:
-                later += _store_group(store, [(posts[i], points, result)], settings, answers, [i])
-            except Exception as alone:
-                answers[i] = alone
+    later, due = _stored(store, posts, parsed, settings, answers) if parsed else ([], [])
+    waiting = {i for i, _, _ in later} | set(due)
+    for i in range(len(posts)):
+        if answered is not None and i not in waiting:
+            answered(i, answers[i])
+    _analysed_after(store, posts, due, settings, answers)
     for i, before, run in later:  # committed: an analysis that fails now fails its post alone
         try:
             _assess(store, before, run, settings, posts[i].now, answers[i])
         except Exception as e:
             answers[i] = e
+    for i in sorted(waiting):
+        if answered is not None:
+            answered(i, answers[i])
     return answers
+
+
+def _stored(
+    store: Store, posts: Sequence[PostedPoints], parsed: list[tuple[int, Points, IngestResult]], settings: Settings,
+    answers: list[IngestResult | Exception],
+) -> tuple[list[tuple[int, StoredRun, StoredRun]], list[int]]:
+    """`_store_group` of the parsed posts, post by post should the group fail."""
+    try:
+        group = [(posts[i], points, result) for i, points, result in parsed]
+        return _store_group(store, group, settings, answers, [i for i, _, _ in parsed], apart=len(parsed) > 1)
+    except Exception as e:
+        if len(parsed) == 1 or unavailable(e):
+            for i, _, _ in parsed:
+                answers[i] = e
+            return [], []
+    later: list[tuple[int, StoredRun, StoredRun]] = []
+    due: list[int] = []
+    for i, points, result in parsed:  # alone, each fails or not on its own account
+        try:
+            alone_later, alone_due = _store_group(store, [(posts[i], points, result)], settings, answers, [i], apart=False)
+        except Exception as alone:
+            answers[i] = alone
+            continue
+        later += alone_later
+        due += alone_due
+    return later, due
+
+
+def _analysed_after(
+    store: Store, posts: Sequence[PostedPoints], due: list[int], settings: Settings, answers: list[IngestResult | Exception],
+) -> None:
+    """Analyse the runs of these committed posts, due for analysis with their append, in one
+    transaction (each alone should it fail), each post's answer saying how it went."""
+    if not due:
+        return
+    try:
+        _analyse_locked(store, posts, due, settings, answers)
+    except Exception as e:
+        if len(due) == 1 or unavailable(e):
+            for i in due:
+                answers[i] = e
+            return
+        for i in due:
+            try:
+                _analyse_locked(store, posts, [i], settings, answers)
+            except Exception as alone:
+                answers[i] = alone
+
+
+def _analyse_locked(
+    store: Store, posts: Sequence[PostedPoints], due: list[int], settings: Settings, answers: list[IngestResult | Exception],
+) -> None:
+    results = {i: replace(answers[i]) for i in due}  # filled only once committed
+    with store.write() as conn:
+        locked = stored_runs.lock_runs(conn, HTTP_SOURCE, [posts[i].run for i in due], posts[due[0]].now)
+        for i in due:
+            _answer(results[i], analyze_locked(conn, locked[posts[i].run], settings.analysis, settings.webhooks, posts[i].now))
+    for i, result in results.items():
+        answers[i] = result
 
 
 def _parsed(post: PostedPoints, settings: Settings) -> tuple[Points | None, IngestResult]:
@@ -143,13 +205,14 @@ def _parsed(post: PostedPoints, settings: Settings) -> tuple[Points | None, Inge
 
 def _store_group(
     store: Store, group: list[tuple[PostedPoints, Points, IngestResult]], settings: Settings,
-    answers: list[IngestResult | Exception], at: list[int],
-) -> list[tuple[int, StoredRun, StoredRun]]:
+    answers: list[IngestResult | Exception], at: list[int], apart: bool,
+) -> tuple[list[tuple[int, StoredRun, StoredRun]], list[int]]:
     """Store the group's points in one transaction, its runs locked in one statement; put
     each post's answer (a copy of its answer so far, so a failed try leaves none half-made)
-    at its place in `answers`.  A run analysed with its append is analysed in the same
-    transaction; those that need more (a rewrite, a bulk load) are returned, to assess once
-    committed: (place in `answers`, the run before, the run after)."""
+    at its place in `answers`.  Returned, to see to once committed: the posts whose runs
+    need more analysis (a rewrite, a bulk load: place in `answers`, the run before and
+    after), and, when `apart`, those due for analysis with their append (places in
+    `answers`); without `apart` those are analysed in this transaction."""
     results = [replace(result) for _, _, result in group]
     with store.write() as conn:
         locked = stored_runs.lock_runs(conn, HTTP_SOURCE, [post.run for post, _, _ in group], group[0][0].now)
@@ -168,14 +231,19 @@ def _store_group(
             storing.append((k, Storing(stored, fresh, segment, rollbacks, state, post.now, dirty=True)))
         updated = store_points_of_runs(conn, [s for _, s in storing])
         after: list[tuple[int, StoredRun, StoredRun]] = []
+        due: list[int] = []
         for (k, s), run in zip(storing, updated):
-            if _analysed_with_append(s.run, len(s.points), s.rollbacks, settings, s.now):
-                _answer(results[k], analyze_locked(conn, run, settings.analysis, settings.webhooks, s.now))
-            else:
+            if not due_for_analysis(s.run, settings.analysis_interval, s.now):
+                results[k].analysis = "deferred"  # as `_assess` would say: the background analysis picks it up
+            elif not _analysed_with_append(s.run, len(s.points), s.rollbacks, settings, s.now):
                 after.append((at[k], s.run, run))
+            elif apart:
+                due.append(at[k])
+            else:
+                _answer(results[k], analyze_locked(conn, run, settings.analysis, settings.webhooks, s.now))
     for k, result in enumerate(results):
         answers[at[k]] = result
-    return after
+    return after, due
 
 
 def rollback(store: Store, run: str, to_step: int, settings: Settings, now: float) -> IngestResult:
