@@ -61,8 +61,11 @@ def lock_runs(conn: Connection, source: str, names: Sequence[str], now: float) -
     """`lock_run` of several runs of a source in one statement (a group of appends).  Rows
     are locked in name order, the order every group takes them in, so two groups sharing
     runs wait for each other rather than deadlock."""
+    names = sorted(set(names))
+    if len(names) == 1:  # one row: a plain execute costs less than a batch of one
+        return {names[0]: lock_run(conn, source, names[0], now)}
     state = _state_json(RunState())
-    params = [{"source": source, "name": name, "state": state, "now": now} for name in sorted(set(names))]
+    params = [{"source": source, "name": name, "state": state, "now": now} for name in names]
     return {row.name: _stored(row) for row in conn.execute(_lock_statement(conn.dialect.name), params)}
 
 
@@ -256,19 +259,9 @@ def load_resumes(conn: Connection, run_id: int) -> tuple[Resume, ...]:
     return tuple(Resume(r.from_step, r.to_step, r.segment, r.wall_time, tuple(r.tags or ())) for r in conn.execute(query))
 
 
-def save_run(
-    conn: Connection, run: StoredRun, state: RunState, points: int, last_step: int | None, now: float,
-    liveness: Mapping[str, object] | None = None, dirty: bool = False,
-) -> None:
-    """The run's row after storing points, in one statement: its state and counts, its
-    `liveness` columns (app/liveness.py) and, when `dirty`, waiting for analysis since
-    `now` unless it already was."""
-    save_runs(conn, [RunSave(run.id, state, points, last_step, now, liveness or {}, dirty)])
-
-
 @dataclass(frozen=True)
 class RunSave:
-    """What `save_run` writes to one run's row."""
+    """What storing points changes in a run's row (`save_runs`)."""
 
     run_id: int
     state: RunState
@@ -280,7 +273,9 @@ class RunSave:
 
 
 def save_runs(conn: Connection, saves: Sequence[RunSave]) -> None:
-    """`save_run` of several runs: one statement per set of columns written (usually one)."""
+    """Several runs' rows after storing points, in one statement per set of columns written
+    (usually one): each run's state and counts, its `liveness` columns (app/liveness.py)
+    and, when `dirty`, waiting for analysis since `now` unless it already was."""
     batches: dict[tuple[tuple[str, ...], bool], list[dict]] = {}
     for save in saves:
         values = {"state": _state_json(save.state), "points": save.points, "last_step": save.last_step,
