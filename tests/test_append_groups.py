@@ -13,7 +13,7 @@ from app.ingest.problems import IngestError
 from app.service import ingest
 from app.service.append_groups import AppendGroups
 from app.service.errors import ApiError
-from app.service.ingest import PostedPoints, ingest_json, ingest_json_group
+from app.service.ingest import PostedPoints, analyse_written, ingest_json, ingest_json_group, write_json_group
 from app.service.settings import Settings
 from app.store import runs as stored_runs
 from app.store.db import open_store
@@ -93,15 +93,16 @@ def test_a_post_failing_inside_the_group_transaction_fails_alone(store, monkeypa
     assert stored_points(store, "a") == stored_points(store, "b") == {"loss": list(range(5)), "grad_norm": list(range(5))}
 
 
-def test_posts_are_answered_once_committed_and_keep_their_run_order(store):
+@pytest.mark.parametrize("interval", [3600.0, 0.0])  # analyses deferred, or every post's after its group's commit
+def test_posts_are_answered_once_committed_and_keep_their_run_order(store, interval):
     async def main() -> list:
-        groups = AppendGroups(store, DEFERRED)
+        groups = AppendGroups(store, Settings(analysis_interval=interval))
         seen = []
 
         async def post(run: str, first: int, value: float) -> None:
             records = [{"step": first, "tag": "loss", "value": value}]
-            await groups.post(PostedPoints(run, json.dumps(records).encode(), False, False, 1001.0))
-            seen.append((run, first, stored_points(store, run)["loss"]))  # committed: another connection reads it
+            answer = await groups.post(PostedPoints(run, json.dumps(records).encode(), False, False, 1001.0))
+            seen.append((run, first, stored_points(store, run)["loss"], answer.analysis))  # committed: another connection reads it
 
         try:
             # The same step of one run posted twice with different values: the later wins
@@ -112,8 +113,9 @@ def test_posts_are_answered_once_committed_and_keep_their_run_order(store):
         return seen
 
     seen = asyncio.run(main())
-    assert len(seen) == 41
-    assert all(first in steps for _, first, steps in seen)
+    analysed = sum(analysis == "done" for _, _, _, analysis in seen)
+    assert len(seen) == 41 and analysed == (41 if interval == 0 else 4)  # deferred: each run's first post only
+    assert all(first in steps for _, first, steps, _ in seen)
     with store.read() as conn:
         (run,) = stored_runs.find_runs(conn, "r0", "http")
         writes = stored_runs.load_writes(conn, run.id)["loss"]
@@ -138,18 +140,20 @@ def test_an_analysis_failing_after_the_commit_fails_its_post_alone(store, monkey
 
 def test_a_post_is_not_held_up_by_the_analysis_due_with_another(store, monkeypatch):
     ingest_json(store, "a", body(0, 5), False, False, DEFERRED, 1000.0)  # analysed at 1000: not due again at 1001
-    events = []
+    analysed = []
     analyze_locked = ingest.analyze_locked
 
     def analysing(conn, run, *args):
-        events.append(("analysed", run.name))
+        analysed.append(run.name)
         return analyze_locked(conn, run, *args)
 
     monkeypatch.setattr(ingest, "analyze_locked", analysing)
-    answers = ingest_json_group(store, [posted("a", 5), posted("b", 0)], Settings(analysis_interval=10.0),
-                                answered=lambda i, answer: events.append(("answered", i)))
-    assert events == [("answered", 0), ("analysed", "b"), ("answered", 1)]
-    assert answers[0].analysis == "deferred" and answers[1].analysis == "done"
+    posts, settings = [posted("a", 5), posted("b", 0)], Settings(analysis_interval=10.0)
+    written = write_json_group(store, posts, settings)
+    assert written.waiting == {1} and analysed == []  # "a" is answered at the commit
+    assert written.answers[0].accepted == 10 and written.answers[0].analysis == "deferred"
+    analyse_written(store, posts, written, settings)
+    assert analysed == ["b"] and written.answers[1].analysis == "done"
     with store.read() as conn:
         (b,) = stored_runs.find_runs(conn, "b", "http")
     assert b.analyzed_points == 10

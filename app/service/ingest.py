@@ -19,7 +19,7 @@ start at, and the service keeps each file's offset, so a resent chunk stores not
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -83,22 +83,37 @@ class PostedPoints:
     now: float
 
 
-Answered = Callable[[int, IngestResult | Exception], None]
+def ingest_json_group(store: Store, posts: Sequence[PostedPoints], settings: Settings) -> list[IngestResult | Exception]:
+    """Store several posts to distinct runs in one transaction (group commit), each answered
+    as if posted alone: its result, or the error it alone would have raised
+    (`write_json_group`, then `analyse_written`)."""
+    written = write_json_group(store, posts, settings)
+    analyse_written(store, posts, written, settings)
+    return written.answers
 
 
-def ingest_json_group(
-    store: Store, posts: Sequence[PostedPoints], settings: Settings, answered: Answered | None = None,
-) -> list[IngestResult | Exception]:
-    """Store several posts to distinct runs in one transaction (group commit: one commit and
-    the statements of one append for the lot), each answered as if posted alone: its result,
-    or the error it alone would have raised.  Should the group's transaction fail, each post
-    is tried again in a transaction of its own, so one post's failure never fails another's
-    (unless the store itself is unavailable: then all fail at once, as each would).
+@dataclass(frozen=True)
+class WrittenGroup:
+    """A group of posts once written: each post's answer, final but for the posts whose runs
+    are to be analysed now that their points are committed (`analyse_written`)."""
 
-    `answered(i, answer)` is told each post's answer as soon as it is final: a post is not
-    held up by the analyses due with others of its group, which run once the group has
-    committed, together in a second transaction (a group of one post is analysed in its own
-    transaction, as an append alone always was)."""
+    answers: list[IngestResult | Exception]
+    later: list[tuple[int, StoredRun, StoredRun]]  # (post, run before, run after): a rewrite, a bulk load
+    due: list[int]  # posts due for analysis with their append
+
+    @property
+    def waiting(self) -> set[int]:
+        """The posts whose answers wait for `analyse_written`."""
+        return {i for i, _, _ in self.later} | set(self.due)
+
+
+def write_json_group(store: Store, posts: Sequence[PostedPoints], settings: Settings) -> WrittenGroup:
+    """Store several posts to distinct runs in one transaction: one commit and the
+    statements of one append for the lot.  Should the transaction fail, each post is tried
+    again in a transaction of its own, so one post's failure never fails another's (unless
+    the store itself is unavailable: then all fail at once, as each would).  The analyses due
+    with some posts are left to `analyse_written`, so they hold up no other post (a group of
+    one post is analysed in its own transaction, as an append alone always was)."""
     answers: list[IngestResult | Exception] = []
     parsed: list[tuple[int, Points, IngestResult]] = []
     for i, post in enumerate(posts):
@@ -111,20 +126,21 @@ def ingest_json_group(
         if points is not None:
             parsed.append((i, points, result))
     later, due = _stored(store, posts, parsed, settings, answers) if parsed else ([], [])
-    waiting = {i for i, _, _ in later} | set(due)
-    for i in range(len(posts)):
-        if answered is not None and i not in waiting:
-            answered(i, answers[i])
-    _analysed_after(store, posts, due, settings, answers)
-    for i, before, run in later:  # committed: an analysis that fails now fails its post alone
+    return WrittenGroup(answers, later, due)
+
+
+def analyse_written(store: Store, posts: Sequence[PostedPoints], written: WrittenGroup, settings: Settings) -> None:
+    """Analyse the runs of a written group's posts that wait for it, and complete their
+    answers: those due with their append together in one transaction (each alone should it
+    fail), a rewrite or bulk load each outside the lock (`_assess`).  An analysis that fails
+    fails its own post alone (its points stay stored)."""
+    answers = written.answers
+    _analysed_after(store, posts, written.due, settings, answers)
+    for i, before, run in written.later:
         try:
             _assess(store, before, run, settings, posts[i].now, answers[i])
         except Exception as e:
             answers[i] = e
-    for i in sorted(waiting):
-        if answered is not None:
-            answered(i, answers[i])
-    return answers
 
 
 def _stored(
