@@ -9,7 +9,7 @@ import numpy as np
 from analyzers.config import AnalysisConfig
 from analyzers.findings import Finding, Kind
 from analyzers.gradnorm import GradNormDetector
-from analyzers.incidents import explained_by_spike, join_explosions, overfitting_tells, told_by_loss_nan
+from analyzers.incidents import explained_by_spike, inside_explosion, join_explosions, overfitting_tells, told_by_loss_nan
 from analyzers.lossscale import LossScaleDetector
 from analyzers.nonfinite import NonFiniteDetector
 from analyzers.overfitting import EvalRiseDetector, judge, train_counterpart
@@ -42,7 +42,7 @@ def _analyze(run: RunSeries, config: AnalysisConfig) -> list[Finding]:
     findings = (
         spikes
         + explosions
-        + [f for f in nonfinite if not told_by_loss_nan(f, nonfinite, loss_tags, grad_tags)]
+        + [f for f in nonfinite if not told_by_loss_nan(f, nonfinite, loss_tags, grad_tags) and not inside_explosion(f, explosions)]
         + [f for s in run.with_role(Role.LOSS_SCALE) for f in LossScaleDetector(config.loss_scale).detect(s)]
         + trends
         + RestartDetector(config.restarts).detect(run, spikes)

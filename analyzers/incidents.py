@@ -1,8 +1,8 @@
 """Findings of different detectors that are one incident, shared by the one-shot analysis
 (`analyzers.analyze`) and the streaming one (`analyzers.runstream`): a grad-norm explosion
 and the loss spike it leads, a divergence a spike already accounts for, an evaluation
-loss's spike an overfitting finding already tells, and a grad norm's NaN a loss's NaN
-already told."""
+loss's spike an overfitting finding already tells, a grad norm's NaN a loss's NaN already
+told, and a grad norm's overflow skip inside its explosion."""
 
 from __future__ import annotations
 
@@ -65,14 +65,26 @@ def _absorbed(explosion: Finding) -> Finding:
 def explained_by_spike(divergence: Finding, spikes: list[Finding]) -> bool:
     """A rise that a spike on the same tag already accounts for is not news: one still up
     or gone divergent after the rise began, or, for a rise that came back, any spike
-    within it."""
+    within it.  A rise still up is also the spike's if an earlier spike never came down:
+    the loss left its floor there, and the trend only crossed its margin once the noise
+    of the spike itself had left the trend's noise window (charlm_lr_units_bug_c: a
+    divergent spike at 1001, back down to a flat 3.2 from 1400, taken for a divergence
+    "rising since 1624")."""
     end = divergence.end_step
     return any(
         s.tag == divergence.tag
-        and s.start_step >= divergence.start_step
-        and (s.classification is not SpikeClass.FAST_RECOVERING if end is None else s.start_step <= end)
+        and (
+            s.start_step >= divergence.start_step
+            and (s.classification is not SpikeClass.FAST_RECOVERING if end is None else s.start_step <= end)
+            or end is None and still_up(s)
+        )
         for s in spikes
     )
+
+
+def still_up(spike: Finding) -> bool:
+    """A spike the loss has not come back from (divergent, or slow and not yet back)."""
+    return spike.end_step is None and spike.classification is not SpikeClass.FAST_RECOVERING
 
 
 def overfitting_tells(spike: Finding, trends: list[Finding]) -> bool:
@@ -101,4 +113,19 @@ def told_by_loss_nan(finding: Finding, nonfinite: list[Finding], losses: set[str
         f.kind is Kind.NONFINITE and f.tag in losses
         and f.start_step <= told and (f.end_step if f.end_step is not None else f.start_step) >= finding.start_step
         for f in nonfinite
+    )
+
+
+def inside_explosion(finding: Finding, explosions: list[Finding]) -> bool:
+    """An overflow skip of a grad norm after its explosion began, while it lasts, is part of
+    it: the explosion's message counts its Infs (charlm_fp16_collapse_c: an Inf at 1012, in
+    the explosion from 1001, was told again as an info overflow skip).  Skips at the
+    explosion's first point stay: they are seen before the explosion is, so dropping them
+    would make an alert vanish."""
+    if finding.kind is not Kind.NONFINITE or not finding.evidence.get("overflow_skip"):
+        return False
+    return any(
+        e.kind is Kind.GRAD_NORM_EXPLOSION and e.tag == finding.tag
+        and e.start_step < finding.start_step <= (e.end_step if e.end_step is not None else finding.start_step)
+        for e in explosions
     )

@@ -29,6 +29,7 @@ feeds again from a saved state that had not reached those steps (a checkpoint).
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 import math
@@ -44,7 +45,14 @@ from analyzers.config import AnalysisConfig
 from analyzers.findings import Finding, Kind, Severity, SpikeClass
 from analyzers.gradnorm import GradNormDetector, GradNormState
 from analyzers.health import Health, RunHealth, converged, told, unsettling
-from analyzers.incidents import explained_by_spike, join_explosions, overfitting_tells, told_by_loss_nan
+from analyzers.incidents import (
+    explained_by_spike,
+    inside_explosion,
+    join_explosions,
+    overfitting_tells,
+    still_up,
+    told_by_loss_nan,
+)
 from analyzers.lossscale import LossScaleDetector, LossScaleState
 from analyzers.nonfinite import NonFiniteDetector, NonFiniteState, hidden_nan, under_fp16
 from analyzers.overfitting import EvalRiseDetector, EvalRiseState, judge, train_counterpart
@@ -87,7 +95,7 @@ class StateOutdated(Exception):
 
 
 # Raise when any detector's state changes shape.
-STATE_FORMAT = 4
+STATE_FORMAT = 5
 
 
 # -- the state --------------------------------------------------------------------------
@@ -614,7 +622,10 @@ def _cross(state: RunState, config: AnalysisConfig) -> list[Finding]:
         if f.severity is Severity.CRITICAL and tags[tag].role is Role.GRAD_NORM:
             f = hidden_nan(f, series[tag], train)
         nonfinite.append(under_fp16(f) if fp16 and f.severity >= Severity.WARNING else f)
-    nonfinite = [f for f in nonfinite if not told_by_loss_nan(f, nonfinite, set(losses), set(by_role[Role.GRAD_NORM]))]
+    nonfinite = [
+        f for f in nonfinite
+        if not told_by_loss_nan(f, nonfinite, set(losses), set(by_role[Role.GRAD_NORM])) and not inside_explosion(f, explosions)
+    ]
     scale = [f for _, f in _group(state, "scale")]
     run = RunSeries(series, {}, ())
     restarts = []
@@ -638,7 +649,7 @@ def _trends(
     train = [series[t] for t in by_role[Role.LOSS]]
     found = []
     for s in train:
-        past = [_past_spike(s.tag, start, fast) for start, fast in state.past_spikes.get(s.tag, [])]
+        past = [_past_spike(s.tag, *spike) for spike in state.past_spikes.get(s.tag, [])]
         mine = [f for tag, f in _group(state, "divergence") if tag == s.tag]
         found += [f for f in mine if not explained_by_spike(f, past + spikes)]
         unmoved = [f for tag, f in _group(state, "initial") if tag == s.tag and not warming_up(lr, f)]
@@ -651,10 +662,13 @@ def _trends(
     return found
 
 
-def _past_spike(tag: str, start: int, fast: bool) -> Finding:
-    """What `explained_by_spike` needs of a spike no longer kept: its tag, onset and class."""
-    kind = SpikeClass.FAST_RECOVERING if fast else SpikeClass.SLOW_RECOVERING
-    return Finding(Kind.LOSS_SPIKE, tag, Severity.INFO, start, "", "", classification=kind)
+def _past_spike(tag: str, start: int, fast: bool, up: bool) -> Finding:
+    """What `explained_by_spike` needs of a spike no longer kept: its tag, onset, class and
+    whether the loss came back from it."""
+    if fast:
+        return Finding(Kind.LOSS_SPIKE, tag, Severity.INFO, start, "", "", classification=SpikeClass.FAST_RECOVERING, end_step=start)
+    kind = SpikeClass.DIVERGENT if up else SpikeClass.SLOW_RECOVERING
+    return Finding(Kind.LOSS_SPIKE, tag, Severity.INFO, start, "", "", classification=kind, end_step=None if up else start)
 
 
 # -- what is final ----------------------------------------------------------------------
@@ -730,7 +744,7 @@ def _forget(state: RunState, tail_points: int) -> None:
 def _remember_spike(state: RunState, k: Kept) -> None:
     if k.group == "spike":
         past = state.past_spikes.setdefault(k.tag, [])
-        past.append((k.finding.start_step, k.finding.classification is SpikeClass.FAST_RECOVERING))
+        past.append((k.finding.start_step, k.finding.classification is SpikeClass.FAST_RECOVERING, still_up(k.finding)))
         del past[:-MAX_PAST_SPIKES]
 
 
@@ -885,7 +899,7 @@ def _detector_plain(x: Any, pack) -> Any:
     """A detector's state as `StreamState.to_dict` gives it, but its arrays packed as bytes
     (a spike detector's state holds a few hundred points)."""
     if isinstance(x, StreamState):
-        return {f.name: _detector_plain(getattr(x, f.name), pack) for f in fields(x)}
+        return {name: _detector_plain(getattr(x, name), pack) for name, _, _ in _layout(type(x))}
     if isinstance(x, np.ndarray):
         return {"@": pack(x)}
     if isinstance(x, tuple):
@@ -895,23 +909,36 @@ def _detector_plain(x: Any, pack) -> Any:
 
 def _detector_state(cls: type, data: dict, unpack) -> Any:
     """The inverse of `_detector_plain`, typed by the state class's fields."""
-    hints = field_types(cls)
     values = {}
-    for f in fields(cls):
-        raw, hint = data[f.name], required(hints[f.name])
+    for name, nested, items in _layout(cls):
+        raw = data[name]
         if raw is None:
-            values[f.name] = None
-        elif isinstance(hint, type) and issubclass(hint, StreamState):
-            values[f.name] = _detector_state(hint, raw, unpack)
+            values[name] = None
+        elif nested is not None:
+            values[name] = _detector_state(nested, raw, unpack)
         elif isinstance(raw, dict) and "@" in raw:
-            values[f.name] = unpack(raw["@"])
-        elif isinstance(raw, list) and of_states(hint):
-            values[f.name] = tuple(_detector_state(typing.get_args(hint)[0], v, unpack) for v in raw)
+            values[name] = unpack(raw["@"])
+        elif isinstance(raw, list) and items is not None:
+            values[name] = tuple(_detector_state(items, v, unpack) for v in raw)
         elif isinstance(raw, list):
-            values[f.name] = tuple(raw)
+            values[name] = tuple(raw)
         else:
-            values[f.name] = raw
+            values[name] = raw
     return cls(**values)
+
+
+@functools.cache
+def _layout(cls: type) -> tuple[tuple[str, type | None, type | None], ...]:
+    """A state class's fields as (name, the state class it nests, the state class of the
+    incidents it holds in a tuple): worked out once per class, as every analysis loads and
+    saves a state of some fifty nested ones."""
+    hints = field_types(cls)
+    out = []
+    for f in fields(cls):
+        hint = required(hints[f.name])
+        nested = hint if isinstance(hint, type) and issubclass(hint, StreamState) else None
+        out.append((f.name, nested, typing.get_args(hint)[0] if of_states(hint) else None))
+    return tuple(out)
 
 
 def _finding_plain(f: Finding) -> dict:

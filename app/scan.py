@@ -2,18 +2,23 @@
 alerts along their lifecycle, judge every quiet run of those paths for staleness
 (`app.liveness`) and queue what must be delivered.
 
-Each run is one transaction, holding its row lock: the new points, the offsets they were
-read up to, the alerts and their changes, and the outbox of deliveries commit together.  A
-scan killed at any instant leaves every run either as before or fully updated, and two
-scans at once take turns on a run, the second finding nothing new.  What a scan reports is
-what its own transactions changed, so nothing is reported twice.
+Runs are stored in batches (of event-file runs: at most BATCH_RUNS runs and about
+BATCH_POINTS new points), one transaction per batch, holding the batch's row locks: each
+run's new points, the offsets they were read up to, its alerts and their changes, and the
+outbox of deliveries commit together.  A cron tick over thousands of runs then pays one
+commit and one read of offsets per batch, not per run.  A scan killed at any instant
+leaves every run either as before or fully updated, and two scans at once take turns on a
+run, the second finding nothing new.  What a scan reports is what its own transactions
+changed, so nothing is reported twice.  A run whose analysis fails is a problem of that
+run, recorded in the batch's transaction: the others go on.
 
-Nothing that touches the logdir runs inside a write transaction: a run's files are read
-first (from the offsets a read transaction finds), then its write transaction checks that
-the offsets are still those, i.e. that no other scan stored the run meanwhile.  If one did,
-this read is dropped: the other scan stored what it found, and what is newer is read next
-time.  A FIFO or a hung filesystem in a logdir can then hold up the scan of that file at
-most (see `app.ingest.files`), and never the store's write lock.
+Nothing that touches the logdir runs inside a write transaction: a batch's files are read
+first (from the offsets one read transaction finds), then its write transaction locks the
+runs (in (source, name) order, so two scans' batches never wait on each other in a cycle)
+and checks that each run's offsets are still those, i.e. that no other scan stored the run
+meanwhile.  If one did, that run's read is dropped: the other scan stored what it found,
+and what is newer is read next time.  A FIFO or a hung filesystem in a logdir can then hold
+up the scan of that file at most (see `app.ingest.files`), and never the store's write lock.
 
 The command line prints what a scan changed after its last commit; a scan killed before
 printing leaves its changes held (`app.store.reports`), and the next scan prints them first.
@@ -35,7 +40,7 @@ from app.alerts.lifecycle import AlertRecord
 from app.alerts.webhooks import DeliveryConfig, DeliveryReport, deliver_due, resend_firing
 from app.ingest.discover import TEXT_SUFFIXES, Source, discover_local
 from app.ingest.files import READ_TIMEOUT, read_whole, under_roots
-from app.ingest.logdir import RunState, is_event_file, read_run
+from app.ingest.logdir import Run, RunState, is_event_file, read_run
 from app.ingest.problems import IngestError, Problem
 from app.ingest.remote import RemoteLogdir, is_url, normalize, url_contains
 from app.ingest.restarts import assign_segments
@@ -46,11 +51,13 @@ from app.store import reports
 from app.store import runs as stored_runs
 from app.store.db import Store
 from app.store.runs import StoredFile
-from app.updates import Reported, check_liveness, reassess, store_points
+from app.updates import Reported, analyze_locked, check_liveness, store_points
 
 REPORT_LEASE = 15 * 60.0  # a scan on another host that holds changes this long without a commit is taken for dead
 DELIVERY_BUDGET = 10.0  # seconds a scan may spend delivering, after its own work
 OUTSIDE_ROOTS = "resolves outside the allowed roots (a symlink?): not scanned"
+BATCH_RUNS = 64  # runs stored per transaction: a commit per run was a tenth of a cron tick
+BATCH_POINTS = 16_384  # new points read before they are stored (bounds a batch's memory and work)
 
 
 @dataclass
@@ -151,11 +158,23 @@ def scan(
         outcome.earlier = len(outcome.events)
     with store.read() as conn:
         known = {source: stored_runs.known_files(conn, source) for source in sources}
-    for done, target in enumerate(targets, 1):
-        if _changed(target, known[target.source].get(target.name, {})):
-            _scan_run(store, target, options, outcome)
-        if progress:
-            progress(done, len(targets))
+    counted = _Progress(len(targets), progress)
+    batch: dict[tuple[str, str], _Target] = {}
+    for target in targets:
+        if not _changed(target, known[target.source].get(target.name, {})):
+            counted.one()
+            continue
+        # A text log is stored on its own, after the runs found before it; a run already in
+        # the batch (a folder named as the logdir itself) is read again once that is stored.
+        if target.text or len(batch) == BATCH_RUNS or (target.source, target.name) in batch:
+            _scan_runs(store, list(batch.values()), options, outcome, counted)
+            batch = {}
+        if target.text:
+            _scan_text(store, target, options, outcome)
+            counted.one()
+        else:
+            batch[target.source, target.name] = target
+    _scan_runs(store, list(batch.values()), options, outcome, counted)
     outcome.events += check_liveness(store, config, webhooks, clock(), sources, hold=_holder(options))
     if client is not None:
         outcome.deliveries = _deliver(store, client, webhooks, delivery, clock, budget)
@@ -263,13 +282,58 @@ def _changed(target: _Target, known: dict[str, StoredFile]) -> bool:
     return False
 
 
-def _scan_run(store: Store, target: _Target, options: _Options, outcome: ScanOutcome) -> None:
-    if target.text:
-        _scan_text(store, target, options, outcome)
+@dataclass
+class _Progress:
+    """Runs looked at so far, told to `report` (a run to read counts once read)."""
+
+    total: int
+    report: Callable[[int, int], None] | None
+    done: int = 0
+
+    def one(self) -> None:
+        self.done += 1
+        if self.report:
+            self.report(self.done, self.total)
+
+
+@dataclass(frozen=True)
+class _Read:
+    """What a run's files held past the offsets a read transaction found (`files`)."""
+
+    target: _Target
+    files: dict[str, StoredFile]
+    read: Run
+    progress: dict[str, StoredFile]  # the offsets to store with its points
+
+
+def _scan_runs(store: Store, targets: list[_Target], options: _Options, outcome: ScanOutcome, counted: _Progress) -> None:
+    """Read these event-file runs' new bytes, then store them a batch at a time (a new
+    batch once BATCH_POINTS points are read)."""
+    if not targets:
         return
     with store.read() as conn:
-        before = next(iter(stored_runs.find_runs(conn, target.name, target.source)), None)
-        files = stored_runs.run_files(conn, before.id) if before else {}
+        stored = {source: stored_runs.runs_named(conn, source, [t.name for t in targets if t.source == source])
+                  for source in {t.source for t in targets}}
+        files = stored_runs.files_of_runs(conn, [run.id for named in stored.values() for run in named.values()])
+    reads: list[_Read] = []
+    points = 0
+    for target in targets:
+        before = stored[target.source].get(target.name)
+        read = _read_new(target, before, files.get(before.id, {}) if before else {}, options, outcome)
+        counted.one()
+        if read is None:
+            continue
+        reads.append(read)
+        points += len(read.read.points)
+        if points >= BATCH_POINTS:
+            _store_reads(store, reads, options, outcome)
+            reads, points = [], 0
+    _store_reads(store, reads, options, outcome)
+
+
+def _read_new(target: _Target, before: stored_runs.StoredRun | None, files: dict[str, StoredFile], options: _Options,
+              outcome: ScanOutcome) -> _Read | None:
+    """A run's files read from their stored offsets; None when nothing moved."""
     read = read_run(
         target.name, target.files, {p: f.offset for p, f in files.items()}, before.state if before else None,
         heads={p: f.head for p, f in files.items()}, roots=options.roots, timeout=options.timeout,
@@ -280,22 +344,37 @@ def _scan_run(store: Store, target: _Target, options: _Options, outcome: ScanOut
     if not read.rewritten:
         progress = {path: f for path, f in progress.items() if files.get(path) != f}
         if not progress:
-            return
+            return None
+    return _Read(target, files, read, progress)
+
+
+def _store_reads(store: Store, reads: list[_Read], options: _Options, outcome: ScanOutcome) -> None:
+    """Store and analyse these runs' reads in one transaction, each run locked first."""
+    if not reads:
+        return
     now = options.clock()
+    reads = sorted(reads, key=lambda r: (r.target.source, r.target.name))
     with store.write() as conn:
-        run = stored_runs.lock_run(conn, target.source, target.name, now)
-        if stored_runs.run_files(conn, run.id) != files:
-            return  # another scan stored this run since it was read: see the module
-        if read.rewritten:  # the run was read again from the start: its points are replaced
-            stored_runs.delete_points(conn, run.id)
-            stored_runs.delete_files(conn, run.id)
-            run = replace(run, last_step=None, points=0, analyzed_points=None)
-        stored_runs.save_files(conn, run.id, progress)
-        updated = store_points(conn, run, read.points, read.segment, read.rollbacks, read.state, now)
-        outcome.changed += 1
-        outcome.points += len(read.points)
-        if len(read.points) or read.rollbacks or read.rewritten:
-            _reassess(conn, updated, options, now, outcome)
+        locked = [stored_runs.lock_run(conn, r.target.source, r.target.name, now) for r in reads]
+        files = stored_runs.files_of_runs(conn, [run.id for run in locked])
+        for r, run in zip(reads, locked):
+            if files.get(run.id, {}) != r.files:
+                continue  # another scan stored this run since it was read: see the module
+            _store_read(conn, run, r, options, now, outcome)
+
+
+def _store_read(conn, run: stored_runs.StoredRun, r: _Read, options: _Options, now: float, outcome: ScanOutcome) -> None:
+    read = r.read
+    if read.rewritten:  # the run was read again from the start: its points are replaced
+        stored_runs.delete_points(conn, run.id)
+        stored_runs.delete_files(conn, run.id)
+        run = replace(run, last_step=None, points=0, analyzed_points=None)
+    stored_runs.save_files(conn, run.id, r.progress)
+    updated = store_points(conn, run, read.points, read.segment, read.rollbacks, read.state, now)
+    outcome.changed += 1
+    outcome.points += len(read.points)
+    if len(read.points) or read.rollbacks or read.rewritten:
+        _reassess(conn, updated, options, now, outcome)
 
 
 def _scan_text(store: Store, target: _Target, options: _Options, outcome: ScanOutcome) -> None:
@@ -339,9 +418,10 @@ def _holder(options: _Options) -> Callable[[object, list[Reported]], None] | Non
 
 
 def _reassess(conn, run: stored_runs.StoredRun, options: _Options, now: float, outcome: ScanOutcome) -> None:
-    """Re-analyse the run in the caller's transaction; a reporter holds the changes until
-    printed.  A failed analysis is a problem of that run: the scan goes on with the next."""
-    applied = reassess(conn, run, options.config, options.webhooks, now)
+    """Re-analyse the run (as `store_points` left it, locked) in the caller's transaction; a
+    reporter holds the changes until printed.  A failed analysis is a problem of that run:
+    the scan goes on with the next."""
+    applied = analyze_locked(conn, run, options.config, options.webhooks, now)
     if options.reporter is not None:
         reports.hold(conn, [e.id for e in applied.changes], options.reporter.claim, now + REPORT_LEASE)
     outcome.events += applied.changes

@@ -108,7 +108,8 @@ def sample_runs() -> None:
         ]
         matched.update(a.id for a in hits[:1])
         f = hits[0].finding if hits else None
-        cls = f"{f.classification.value} (caused: {event['classification']})" if f and f.classification else "-"
+        caused = event.get("classification", "-")
+        cls = f"{f.classification.value} (caused: {caused})" if f and f.classification else "-"
         print(f"| {event['run']} | {event['kind']} {event['tag']} @ {event['step']} | {'yes' if f else 'NO'} | "
               f"{f.start_step if f else '-'} | {cls} |")
     extra = [a for run in alerts.values() for a in run if a.id not in matched and a.finding.severity >= Severity.WARNING]

@@ -3,7 +3,8 @@ old one-shot path beside the streaming state built from zero), the rescan of a s
 after +1,000 steps and its peak RSS against the run's length T (8 tags), and a cron tick over many runs
 (+100 steps each); the old path (every stored point decompressed and the whole run
 re-analysed: `load_writes` + `assess_writes`) beside the streaming one (`app.incremental`:
-the saved state and the new writes only), in the same run, on SQLite.
+the saved state and the new writes only), in the same run, on SQLite.  The streaming
+tick is a real `app.scan.scan` of a logdir holding each run's new steps as an event file.
 
     .venv/bin/python bench/scale.py                 # T = 10k, 100k, 300k; 1,000 runs
     .venv/bin/python bench/scale.py --big           # T up to 10M (several minutes per size)
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import math
 import multiprocessing
+import os
 import resource
 import shutil
 import sys
@@ -35,17 +37,21 @@ from app import incremental  # noqa: E402
 from app.analysis import assess_writes  # noqa: E402
 from app.ingest.logdir import RunState  # noqa: E402
 from app.ingest.points import Points  # noqa: E402
+from app.scan import scan  # noqa: E402
 from app.store import runs as stored_runs  # noqa: E402
 from app.store.db import open_store  # noqa: E402
 from app.updates import Assessment, apply, reassess, store_points  # noqa: E402
+from tests.eventfiles import file_version, record, scalar_event  # noqa: E402
 
 TAGS8 = ("train/loss", "train/grad_norm", "train/lr", "eval/loss", "loss_scale", "train/accuracy", "throughput", "tokens")
 TAGS4 = TAGS8[:4]
 BATCH_STEPS = 250_000  # steps stored per transaction while building a run
+BUILD_RUNS = 100  # runs stored and analysed per transaction while building the cron tick's store
 
 
-def points(first: int, n: int, tags: tuple[str, ...], seed: int) -> Points:
-    """n steps of a healthy run from step `first`: every tag at every step."""
+def points(first: int, n: int, tags: tuple[str, ...], seed: int, wall: float = 1.7e9) -> Points:
+    """n steps of a healthy run from step `first`: every tag at every step, 0.3 s apart
+    from `wall` at step 0."""
     rng = np.random.default_rng(seed * 7919 + first)
     step = np.arange(first, first + n, dtype=np.int64)
     loss = (2 + 3 * np.exp(-step / 3000.0)) * (1 + 0.02 * rng.standard_normal(n))
@@ -59,7 +65,7 @@ def points(first: int, n: int, tags: tuple[str, ...], seed: int) -> Points:
         tags=tags,
         tag=np.tile(np.arange(k, dtype=np.int32), n),
         step=np.repeat(step, k),
-        wall_time=np.repeat(1.7e9 + step * 0.3, k),
+        wall_time=np.repeat(wall + step * 0.3, k),
         value=np.stack([columns[t] for t in tags], axis=1).ravel(),
     )
 
@@ -168,45 +174,82 @@ def rescan_table(sizes: list[int], work: Path) -> None:
         print(f"new path (warm) growth exponent {t0:,} -> {t1:,} steps: {math.log(s1 / s0) / math.log(t1 / t0):.2f}")
 
 
-def tick(store, name: str, new: Points, how: str) -> None:
-    """One run's share of a cron tick, as a scan does it: the new points stored and the run
-    analysed in one transaction (old: the whole run re-analysed)."""
+def old_tick(store, source: str, name: str, new: Points) -> None:
+    """One run's share of a cron tick on the old path: the new points stored and the whole
+    run read back and re-analysed, in one transaction."""
     with store.write() as conn:
-        run = stored_runs.lock_run(conn, "bench", name, time.time())
+        run = stored_runs.lock_run(conn, source, name, time.time())
         run = store_points(conn, run, new, np.zeros(len(new), np.int32), (), RunState(), time.time())
-        if how == "new":
-            reassess(conn, run, AnalysisConfig(), (), time.time())
-            return
         alerts, health = assess_writes(run.source, run.name, stored_runs.load_writes(conn, run.id),
                                        stored_runs.load_resumes(conn, run.id))
         apply(conn, run, Assessment(run.points, run.last_step, alerts, health=health.to_dict()), (), time.time())
 
 
+def build_runs(store, source: str, names: list[str], steps: int, wall: float) -> None:
+    """The stored runs a tick starts from, each analysed (its streaming state saved):
+    BUILD_RUNS runs per transaction, through the store's own calls."""
+    for first in range(0, len(names), BUILD_RUNS):
+        print(f"storing runs {first:,}-{min(first + BUILD_RUNS, len(names)) - 1:,}", file=sys.stderr, flush=True)
+        with store.write() as conn:
+            for i in range(first, min(first + BUILD_RUNS, len(names))):
+                run = stored_runs.lock_run(conn, source, names[i], time.time())
+                p = points(0, steps, TAGS4, i, wall)
+                run = store_points(conn, run, p, np.zeros(len(p), np.int32), (), RunState(), time.time())
+                reassess(conn, run, AnalysisConfig(), (), time.time())
+
+
+def start_files(logdir: Path, names: list[str]) -> None:
+    """Each run's event file as a writer opens it (its first record, no scalar yet)."""
+    for name in names:
+        (logdir / name).mkdir(parents=True)
+        (logdir / name / "events.out.tfevents.1").write_bytes(record(file_version()))
+
+
+def write_new_steps(logdir: Path, names: list[str], new: list[Points]) -> None:
+    """Each run's new steps appended to its event file (what the tick's scan reads)."""
+    for name, p in zip(names, new):
+        records = [record(scalar_event(int(s), p.tags[t], float(v), float(w)))
+                   for s, t, v, w in zip(p.step, p.tag, p.value, p.wall_time)]
+        with open(logdir / name / "events.out.tfevents.1", "ab") as f:
+            f.write(b"".join(records))
+
+
 def cron_table(runs: int, steps: int, work: Path) -> None:
     print(f"\nCron tick: {runs:,} runs x 4 tags x {steps:,} steps, +100 steps each, SQLite, one process")
-    url = f"sqlite:///{work}/cron.db"
-    store = open_store(url)
+    logdir = work / "logs"
+    source = os.path.realpath(logdir)
+    store = open_store(f"sqlite:///{work}/cron.db")
     names = [f"run{i:05d}" for i in range(runs)]
-    for i, name in enumerate(names):
-        if i % 1000 == 0:
-            print(f"storing runs {i:,}-{min(i + 1000, runs) - 1:,}", file=sys.stderr, flush=True)
-        grow(store, name, 0, steps, TAGS4, seed=i)
-        analyse(store, name)
+    wall = time.time() - 0.3 * (steps + 100)  # the new steps end now: no run is stale
+    build_runs(store, source, names, steps, wall)
+    start_files(logdir, names)
+    print("a first scan of the logdir (its files' offsets stored)", file=sys.stderr, flush=True)
+    scan(store, [str(logdir)])
     store.close()
     shutil.copy(f"{work}/cron.db", f"{work}/cron-old.db")
+    new = [points(steps, 100, TAGS4, i, wall) for i in range(runs)]
+    print("writing the new steps' event files", file=sys.stderr, flush=True)
+    write_new_steps(logdir, names, new)
     times = {}
-    for how, path in (("new", "cron.db"), ("old", "cron-old.db")):
-        print(f"tick, {how} path", file=sys.stderr, flush=True)
-        store = open_store(f"sqlite:///{work}/{path}")
-        start, cpu = time.perf_counter(), time.process_time()
-        for i, name in enumerate(names):
-            tick(store, name, points(steps, 100, TAGS4, i + 1), how)
-        times[how] = (time.perf_counter() - start, time.process_time() - cpu)
-        store.close()
-    print(f"{'path':>6} {'tick s':>8} {'CPU s':>8} {'per run ms':>11}")
-    for how in ("old", "new"):
-        wall, cpu = times[how]
-        print(f"{how:>6} {wall:>8.2f} {cpu:>8.2f} {1000 * wall / runs:>11.1f}")
+    print("tick, old path", file=sys.stderr, flush=True)
+    store = open_store(f"sqlite:///{work}/cron-old.db")
+    start, cpu = time.perf_counter(), time.process_time()
+    for name, p in zip(names, new):
+        old_tick(store, source, name, p)
+    times["old"] = (time.perf_counter() - start, time.process_time() - cpu)
+    store.close()
+    print("tick, losswatch scan", file=sys.stderr, flush=True)
+    store = open_store(f"sqlite:///{work}/cron.db")
+    start, cpu = time.perf_counter(), time.process_time()
+    outcome = scan(store, [str(logdir)])
+    times["scan"] = (time.perf_counter() - start, time.process_time() - cpu)
+    store.close()
+    if outcome.changed != runs or outcome.points != runs * 400 or outcome.problems:
+        raise SystemExit(f"the scan stored {outcome.changed:,} runs and {outcome.points:,} points: {outcome.problems[:3]}")
+    print(f"{'path':>6} {'tick s':>8} {'CPU s':>8} {'per run ms':>11} {'CPU per run ms':>15}")
+    for how in ("old", "scan"):
+        wall_s, cpu = times[how]
+        print(f"{how:>6} {wall_s:>8.2f} {cpu:>8.2f} {1000 * wall_s / runs:>11.1f} {1000 * cpu / runs:>15.1f}")
 
 
 def main() -> None:

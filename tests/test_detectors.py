@@ -137,6 +137,18 @@ def test_divergence_without_a_spike():
     assert kinds(analyze_run(run({"train/loss": loss})), Kind.LOSS_SPIKE) == []
 
 
+def test_a_divergent_spike_that_settles_flat_and_high_is_not_told_again_as_a_divergence():
+    # charlm_lr_units_bug_c: 1.3 -> hundreds at step 1001, back down to a flat 3.2 from 1400
+    steps = np.arange(2000)
+    loss = noisy(2000, 1.3, 0.05, seed=4)
+    loss[1001:1400] = np.geomspace(600, 3.3, 399) * (1 + 0.2 * np.random.default_rng(5).standard_normal(399))
+    loss[1400:] = noisy(600, 3.2, 0.03, seed=6)
+    findings = analyze_run(run({"train/loss": loss}, steps))
+    [spike] = kinds(findings, Kind.LOSS_SPIKE)
+    assert (spike.start_step, spike.classification, spike.end_step) == (1001, SpikeClass.DIVERGENT, None)
+    assert kinds(findings, Kind.DIVERGENCE) == []
+
+
 def test_plateau_with_a_stalled_learning_rate_is_a_warning():
     loss = noisy(3000, 0.7, 0.05)
     loss[:600] = np.linspace(2.3, 0.7, 600)

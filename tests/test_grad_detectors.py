@@ -100,6 +100,20 @@ def test_an_explosion_under_fp16_begins_at_its_first_overflow():
     assert feed_in_pieces(GradNormDetector(), steps, grad, [1103, 1105, 1108], "grad_norm", checks=3) == [explosion]
 
 
+def test_an_overflow_skip_inside_an_explosion_is_the_explosions():
+    # charlm_fp16_collapse_c: Infs open the explosion at 1001, one more at 1012 while it lasts
+    n = 2000
+    zero = np.zeros(n, np.int32)
+    grad, loss = calm(n, 0.87), 1.3 + 0.1 * calm(n)
+    grad[1001:1021] = [np.inf] * 3 + [5.4, np.inf, 6.9, np.inf, 7.8, 15.4, 8.6, 10.5, np.inf] + [22, 15, 17, 18, 20, 18, 24, 32]
+    grad[1500] = np.inf  # an overflow skip long after: its own
+    run = prepare_run({"loss": TagWrites(np.arange(n), loss, zero), "grad_norm": TagWrites(np.arange(n), grad, zero)})
+    findings = analyze_run(run)
+    [explosion] = [f for f in findings if f.kind is Kind.GRAD_NORM_EXPLOSION]
+    assert (explosion.start_step, explosion.evidence["overflows"]) == (1001, 6)
+    assert [f.start_step for f in findings if f.kind is Kind.NONFINITE] == [1001, 1500]
+
+
 def test_an_overflow_skip_alone_is_no_explosion():
     grad = calm(2000, 0.87)
     grad[[500, 900, 901]] = np.inf  # what a healthy fp16 scaler logs now and then
@@ -146,8 +160,9 @@ def test_a_stuck_grad_norm_is_open_while_it_lasts():
 def test_fp16_overflow_skips_are_info_and_the_nan_has_its_own_onset(fp16_overflow):
     findings = [f for f in analyze_run(fp16_overflow) if f.kind is Kind.NONFINITE]
     grad = [f for f in findings if f.tag == "train/grad_norm"]
-    # the grad norm's NaN from 1921 is the loss's, which tells it
-    assert [(f.start_step, f.severity) for f in grad] == [(s, Severity.INFO) for s in STEPS]
+    # the grad norm's NaN from 1921 is the loss's, which tells it; the skip at 1724 is inside
+    # the explosion from 1707, whose message counts it
+    assert [(f.start_step, f.severity) for f in grad] == [(s, Severity.INFO) for s in STEPS if s != 1724]
     assert grad[0].message == "train/grad_norm is +Inf at 1 point from step 767, finite again since step 768: an overflow skip"
     assert grad[0].remediation.startswith("Expected under fp16 dynamic loss scaling")
     [loss] = [f for f in findings if f.tag == "train/loss"]

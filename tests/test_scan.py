@@ -354,3 +354,30 @@ def test_a_plateau_seen_growing_scan_after_scan_fires_once(store, tmp_path):
         append(events, flat[first : first + 250], first)
         reported += changes(scan(store, [str(tmp_path)]))
     assert [c for c in reported if c[2] == "plateau"] == [("firing", "r", "plateau", reported[0][3])]
+
+
+def test_runs_stored_in_batches_are_each_stored_and_reported_once(store, tmp_path, monkeypatch):
+    monkeypatch.setattr(scanner, "BATCH_RUNS", 5)  # 12 runs: batches of 5, 5 and 2
+    total = many_runs(tmp_path)
+    first = scan(store, [str(tmp_path)])
+    assert (first.changed, first.points) == (12, total)
+    assert sorted(changes(first)) == [("firing", f"run{r:02d}", "nonfinite", 750) for r in range(0, 12, 3)]
+    again = scan(store, [str(tmp_path)])
+    assert (again.changed, again.points, changes(again)) == (0, 0, [])
+
+
+def test_two_folders_of_one_run_name_are_both_stored(store, tmp_path):
+    """The logdir's own folder and a subfolder named like it are one run: its two files,
+    in one batch, are each read once from where the other left the run."""
+    logdir = tmp_path / "logs"
+    (logdir / "logs").mkdir(parents=True)
+    v = loss_curve(600)
+    write_events(logdir / "events.out.tfevents.1", [scalar_event(i, "train/loss", float(x)) for i, x in enumerate(v[:300])])
+    write_events(logdir / "logs" / "events.out.tfevents.2",
+                 [scalar_event(300 + i, "train/loss", float(x)) for i, x in enumerate(v[300:])])
+    first = scan(store, [str(logdir)])
+    assert first.points == 600
+    assert scan(store, [str(logdir)]).points == 0
+    with store.read() as conn:
+        [run] = scanner.stored_runs.find_runs(conn, "logs")
+    assert run.points == 600

@@ -217,6 +217,33 @@ def test_a_resumed_job_is_one_restart_of_the_tags_it_rewrote(store_url):
         assert [(a["start_step"], a["state"]) for a in restarts] == [(500, "resolved")]
 
 
+def test_an_exact_resume_posts_the_same_values_later_and_is_a_restart(store_url):
+    # a deterministic job resumed from its step-500 checkpoint computes the same losses again
+    def rows(steps, t0):
+        return [{"step": s, "tag": "loss", "value": 3.0 - s / 1000, "wall_time": t0 + s} for s in steps]
+
+    with service(store_url, analysis_interval=0) as client:
+        first = rows(range(900), 1.7e9)
+        client.post("/v1/runs/a/points", json={"points": first})
+        retry = client.post("/v1/runs/a/points", json={"points": first[500:]}).json()
+        assert (retry["accepted"], retry["duplicates"], retry["rollbacks"]) == (0, 400, [])
+        resumed = client.post("/v1/runs/a/points", json={"points": rows(range(500, 600), 1.7e9 + 1000)}).json()
+        assert (resumed["accepted"], resumed["duplicates"]) == (100, 0)
+        assert resumed["rollbacks"] == [{"tags": ["loss"], "from_step": 899, "to_step": 500}]
+        assert [s for s, _ in steps_of(client, "a", "loss")] == list(range(600))
+        restarts = [a for a in client.get("/v1/runs/a/alerts").json() if a["kind"] == "restart"]
+        assert [a["start_step"] for a in restarts] == [500]
+
+
+def test_a_rewind_keeps_every_point_it_posts_from_where_it_rewinds(client):
+    # a resumed bf16 run: most losses differ from the first time through, some are equal
+    client.post("/v1/runs/a/points", json=points(range(1, 21), value=lambda s: 2.0))
+    again = client.post("/v1/runs/a/points", json=points(range(10, 16), value=lambda s: 2.0 if s % 2 else 2.5)).json()
+    assert again["rollbacks"] == [{"tags": ["train/loss"], "from_step": 20, "to_step": 10}]
+    assert (again["accepted"], again["duplicates"]) == (6, 0)
+    assert steps_of(client, "a")[8:] == [(9, 2.0), (10, 2.5), (11, 2.0), (12, 2.5), (13, 2.0), (14, 2.5), (15, 2.0)]
+
+
 def test_rollback_endpoint_hides_every_tag_from_a_step(client):
     client.post("/v1/runs/a/points", json=[{"step": s, "loss": 2.0, "grad_norm": 1.0} for s in range(1, 21)])
     done = client.post("/v1/runs/a/rollback", json={"to_step": 15}).json()

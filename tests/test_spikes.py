@@ -10,6 +10,7 @@ from analyzers.findings import Severity, SpikeClass
 from analyzers.roles import Role
 from analyzers.series import TagWrites, prepare_series
 from analyzers.spikes import LossSpikeDetector, SpikeConfig
+from analyzers.stream import feed_in_pieces
 from app.analysis import tag_writes
 from app.ingest.sources import read_path
 from tests.conftest import REFERENCE_RUNS
@@ -348,10 +349,24 @@ def test_a_jump_that_stays_is_a_spike_though_no_point_stands_out_enough():
     v = 1.3 + 0.09 * rng.standard_normal(2000)
     v[1100:1140] += 0.5
     v[1140:1440] += np.linspace(0.5, 0.0, 300)
-    assert not LossSpikeDetector(SpikeConfig(held_z=np.inf)).detect(series(v))
+    assert not LossSpikeDetector(SpikeConfig(held_z=np.inf, long_z=np.inf)).detect(series(v))
     f = only(LossSpikeDetector().detect(series(v)))
     assert f.classification is SpikeClass.SLOW_RECOVERING
     assert f.start_step == 1100
+
+
+def test_a_smaller_jump_that_stays_is_found_by_the_median_of_16_points():
+    # charlm_lr_jump_c: an LR x5 lifts the loss +25% (about 3 sigmas) for ~250 steps; its
+    # 3-point medians stay under the held rule's 4 sigmas
+    rng = np.random.default_rng(1)
+    v = 1.19 + 0.085 * rng.standard_normal(2000)
+    v[1304:1354] += 0.34
+    v[1354:1600] += np.linspace(0.34, 0.0, 246)
+    assert not LossSpikeDetector(SpikeConfig(long_z=np.inf)).detect(series(v))
+    f = only(LossSpikeDetector().detect(series(v)))
+    assert (f.start_step, f.classification, f.severity) == (1304, SpikeClass.SLOW_RECOVERING, Severity.WARNING)
+    steps = np.arange(2000)
+    assert feed_in_pieces(LossSpikeDetector(), steps, v, [1310, 1318, 1319, 1325], "train/loss", checks=4) == [f]
 
 
 def test_three_high_points_in_a_row_of_a_heavy_tailed_loss_set_their_own_bar():

@@ -384,6 +384,11 @@ class _Triage:
 
 
 def _triage(conn: Connection, run: StoredRun, points: Points) -> _Triage:
+    """Sort posted points that are not past a tag's last stored step: a stored (step, value)
+    is a duplicate (a retry), unless it is posted at an older step with a later wall time:
+    the job is going over those steps again (a resume from a checkpoint of a deterministic
+    run computes the same values), which rewinds the tag like a new value would.  A retry
+    sends the wall times it sent before."""
     keep = np.ones(len(points), bool)
     replaced, rewound = 0, {}
     resumes = None  # loaded only if some step is not past what is stored
@@ -395,26 +400,30 @@ def _triage(conn: Connection, run: StoredRun, points: Points) -> _Triage:
         highest = run.state.segments.max_step.get(name)
         if highest is None or steps.min() > highest:
             continue  # all past what is stored: the usual append
-        writes = stored_runs.load_tag_writes(conn, run.id, name, from_step=int(steps.min()))
-        if writes is None:
+        found = stored_runs.load_tag_writes_timed(conn, run.id, name, from_step=int(steps.min()))
+        if found is None:
             continue
+        writes, wall_times = found
         if resumes is None:
             resumes = stored_runs.load_resumes(conn, run.id)
         view = current_view(np.zeros(len(writes.step), np.int8), writes.step, writes.segment, resume_steps(resumes, name))
-        known_steps, known_values = writes.step[view], writes.value[view]
+        known_steps, known_values, known_times = writes.step[view], writes.value[view], wall_times[view]
         if not len(known_steps):
             continue
         order = np.argsort(known_steps)
-        known_steps, known_values = known_steps[order], known_values[order]
+        known_steps, known_values, known_times = known_steps[order], known_values[order], known_times[order]
         at = np.clip(np.searchsorted(known_steps, steps), 0, len(known_steps) - 1)
-        found = known_steps[at] == steps
-        same = found & ((known_values[at] == values) | (np.isnan(known_values[at]) & np.isnan(values)))
-        keep[mine[same]] = False
-        changed = found & ~same
-        below = changed & (steps < highest)
+        hit = known_steps[at] == steps
+        same = hit & ((known_values[at] == values) | (np.isnan(known_values[at]) & np.isnan(values)))
+        again = same & (steps < highest) & (points.wall_time[mine] > known_times[at])  # NaN: never
+        keep[mine[same & ~again]] = False
+        changed = hit & ~same
+        below = (changed & (steps < highest)) | again
         replaced += int(np.sum(changed & ~below))
         if below.any():
-            rewound[name] = (int(steps[below].min()), int(highest))
+            low = int(steps[below].min())
+            rewound[name] = (low, int(highest))
+            keep[mine[steps >= low]] = True  # the stored ones from there on are hidden: none is a duplicate
     fresh = points if keep.all() else Points(points.tags, points.tag[keep], points.step[keep], points.wall_time[keep], points.value[keep])
     return _Triage(fresh, replaced, rewound)
 

@@ -97,14 +97,31 @@ def run_files(conn: Connection, run_id: int) -> dict[str, StoredFile]:
     return {path: StoredFile(offset, size, end, head) for path, offset, size, end, head in conn.execute(query)}
 
 
+def files_of_runs(conn: Connection, run_ids: list[int]) -> dict[int, dict[str, StoredFile]]:
+    """Run id -> file path -> what was read of it, for these runs in one query (a scan
+    reads a batch of runs' offsets at once, not a query per run)."""
+    query = sa.select(files.c.run_id, files.c.path, files.c.offset, files.c.size, files.c.end, files.c.head).where(
+        files.c.run_id.in_(run_ids)
+    )
+    out: dict[int, dict[str, StoredFile]] = {}
+    for run_id, path, offset, size, end, head in conn.execute(query):
+        out.setdefault(run_id, {})[path] = StoredFile(offset, size, end, head)
+    return out
+
+
 def save_files(conn: Connection, run_id: int, progress: Mapping[str, StoredFile]) -> None:
     for path, f in progress.items():
-        values = {"offset": f.offset, "size": f.size, "end": f.end, "head": f.head}
-        updated = conn.execute(
-            files.update().where(files.c.run_id == run_id, files.c.path == path).values(**values)
-        )
-        if updated.rowcount == 0:
-            conn.execute(files.insert().values(run_id=run_id, path=path, **values))
+        values = {"run_id": run_id, "path": path, "offset": f.offset, "size": f.size, "end": f.end, "head": f.head}
+        if conn.execute(_SAVE_FILE, {f"f_{k}": v for k, v in values.items()}).rowcount == 0:
+            conn.execute(files.insert(), values)
+
+
+# Built once: a scan saves each run's offsets.
+_SAVE_FILE = (
+    files.update()
+    .where(files.c.run_id == sa.bindparam("f_run_id"), files.c.path == sa.bindparam("f_path"))
+    .values({name: sa.bindparam(f"f_{name}", type_=files.c[name].type) for name in ("offset", "size", "end", "head")})
+)
 
 
 CHUNK_POINTS = 16384  # a read of recent steps decodes at most this much history per tag
@@ -333,6 +350,12 @@ def find_runs(conn: Connection, name: str, source: str | None = None) -> list[St
     return [_stored(row) for row in conn.execute(query.order_by(runs.c.source))]
 
 
+def runs_named(conn: Connection, source: str, names: list[str]) -> dict[str, StoredRun]:
+    """Name -> run, of these names under `source` that are stored (one query)."""
+    query = sa.select(runs).where(runs.c.source == source, runs.c.name.in_(names))
+    return {row.name: _stored(row) for row in conn.execute(query)}
+
+
 def list_runs(conn: Connection) -> list[StoredRun]:
     return [_stored(row) for row in conn.execute(sa.select(runs).order_by(runs.c.source, runs.c.name))]
 
@@ -352,6 +375,15 @@ def tag_summary(conn: Connection, run_id: int) -> list[tuple[str, int, int, int]
 
 def load_tag_writes(conn: Connection, run_id: int, tag: str, from_step: int | None = None) -> TagWrites | None:
     """Every write of one tag (those of chunks reaching `from_step` or later), in write order."""
+    found = load_tag_writes_timed(conn, run_id, tag, from_step)
+    return found[0] if found is not None else None
+
+
+def load_tag_writes_timed(
+    conn: Connection, run_id: int, tag: str, from_step: int | None = None
+) -> tuple[TagWrites, np.ndarray] | None:
+    """`load_tag_writes` and each write's wall time (NaN where none was recorded): what tells
+    a retry, which sends a point's wall time again, from a job going over its steps again."""
     query = (
         sa.select(chunk_table.c.count, chunk_table.c.data)
         .join(tags, tags.c.id == chunk_table.c.tag_id)
@@ -363,11 +395,12 @@ def load_tag_writes(conn: Connection, run_id: int, tag: str, from_step: int | No
     pieces = [chunks.unpack(data, count) for count, data in conn.execute(query)]
     if not pieces:
         return None
-    return TagWrites(
+    writes = TagWrites(
         step=np.concatenate([p[0] for p in pieces]),
         value=np.concatenate([p[3] for p in pieces]),
         segment=np.concatenate([p[1] for p in pieces]),
     )
+    return writes, np.concatenate([p[2] for p in pieces])
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ checkpoint: never the whole run."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -100,16 +101,12 @@ def new_writes(
     them (one query: each tag's chunks from its last one fed on, every chunk of a tag not
     fed yet).  A tag's last chunk may have grown since (small appends go into it): only its
     writes past those fed are new."""
-    since = sa.case({name: chunk_id for name, (chunk_id, _) in positions.items()}, value=tags.c.name, else_=0) if positions else 0
-    query = (
-        sa.select(tags.c.name, chunk_table.c.id, chunk_table.c.count, chunk_table.c.data)
-        .join(chunk_table, chunk_table.c.tag_id == tags.c.id)
-        .where(tags.c.run_id == run_id, chunk_table.c.id >= since)
-        .order_by(tags.c.id, chunk_table.c.id)
-    )
+    params = {"run_id": run_id}
+    for i, (name, (chunk_id, _)) in enumerate(positions.items()):
+        params |= {f"tag_{i}": name, f"since_{i}": chunk_id}
     pieces: dict[str, list] = {}
     after = dict(positions)
-    for name, cid, count, data in conn.execute(query):
+    for name, cid, count, data in conn.execute(_new_writes_query(len(positions)), params):
         chunk_id, fed = positions.get(name, (0, 0))
         skip = fed if cid == chunk_id else 0
         if count > skip:
@@ -117,6 +114,23 @@ def new_writes(
             pieces.setdefault(name, []).append((step[skip:], value[skip:], segment[skip:]))
         after[name] = (cid, count)
     return {name: _joined(parts) for name, parts in pieces.items()}, after
+
+
+@functools.cache
+def _new_writes_query(tags_fed: int) -> sa.Select:
+    """`new_writes`' query for a state that fed this many tags, built once (every analysis
+    runs it; building and compiling it cost more than running it): each tag's chunks from
+    its last one fed on."""
+    since = sa.case(
+        {sa.bindparam(f"tag_{i}", type_=sa.Text): sa.bindparam(f"since_{i}", type_=sa.Integer) for i in range(tags_fed)},
+        value=tags.c.name, else_=0,
+    ) if tags_fed else sa.literal(0)
+    return (
+        sa.select(tags.c.name, chunk_table.c.id, chunk_table.c.count, chunk_table.c.data)
+        .join(chunk_table, chunk_table.c.tag_id == tags.c.id)
+        .where(tags.c.run_id == sa.bindparam("run_id"), chunk_table.c.id >= since)
+        .order_by(tags.c.id, chunk_table.c.id)
+    )
 
 
 def writes_after(conn: Connection, run_id: int, fed: dict[str, int]) -> tuple[dict[str, TagWrites], dict[str, tuple[int, int]]]:

@@ -228,6 +228,32 @@ PLANS = [
     Plan("charlm_lr_units_bug", "No gradient clipping, fp32; from step 800 the LR is 1000x (a units bug): the loss "
          "jumps to thousands, then settles at 3.2 for good (the model is wrecked).", seed=28, clip=None,
          lr_factor=lambda s: 1000.0 if s >= 800 else 1.0),
+    # A second batch (2026-12-03), all tuning: more of what the held-out part holds, on new seeds.
+    Plan("charlm_clean_noclip", "Clean run without gradient clipping, evaluated every 100 steps.", seed=41,
+         clip=None, eval_every=100),
+    Plan("charlm_clean_hot", "Clean run at twice the peak LR (6e-3), evaluated every 50 steps.", seed=42,
+         peak_lr=6e-3, eval_every=50),
+    Plan("charlm_lr_units_bug_c", "No gradient clipping; from step 1000 the LR is 300x.", seed=43, clip=None,
+         lr_factor=lambda s: 300.0 if s >= 1000 else 1.0),
+    Plan("charlm_bad_batch_c", "Corrupted batch at step 700, no gradient clipping, evaluated every 100 steps.",
+         seed=44, clip=None, eval_every=100, corrupt=garbage({700})),
+    Plan("charlm_lr_jump_c", "LR x5 from step 1300 to the end, no gradient clipping, evaluated every 100 steps.",
+         seed=45, clip=None, eval_every=100, lr_factor=lambda s: 5.0 if s >= 1300 else 1.0),
+    Plan("charlm_fp16_collapse_c", "fp16 autocast with torch's GradScaler, no gradient clipping; from step 1000 "
+         "the LR is 100x.", seed=46, fp16=True, clip=None, lr_factor=lambda s: 100.0 if s >= 1000 else 1.0),
+    Plan("charlm_lr_burst_c", "LR x30 for steps 1500-1509, no gradient clipping.", seed=47, clip=None,
+         lr_factor=window(1500, 1510, 30.0)),
+    Plan("charlm_resume_exact_c", "The process dies after step 1211; a new one resumes from the step-1000 "
+         "checkpoint with everything restored (a clean resume: steps go back 211).", seed=48, crash_after=1211,
+         resume_from=1000),
+    Plan("charlm_clean_hot_noclip", "Clean run at twice the peak LR (6e-3) without gradient clipping.", seed=49,
+         peak_lr=6e-3, clip=None),
+    Plan("charlm_bad_batch_d", "Corrupted batches at steps 600, 1100 and 1600, gradient clipping at 1.", seed=50,
+         corrupt=garbage({600, 1100, 1600})),
+    Plan("charlm_lr_burst_d", "LR x8 for steps 900-949, no gradient clipping.", seed=51, clip=None,
+         lr_factor=window(900, 950, 8.0)),
+    Plan("charlm_clean_long_warmup", "Clean run with a 600-step warmup, no gradient clipping, evaluated every 100 "
+         "steps.", seed=52, warmup=600, clip=None, eval_every=100),
 ]
 
 
