@@ -51,15 +51,39 @@ def store_points(
     """Append points and rollbacks and the run's new state; returns the run as it now is.
     `dirty`: the run waits for analysis (the service defers busy runs), said in the same
     write of its row."""
-    stored_runs.append_points(conn, run.id, points, segment)
-    stored_runs.add_rollbacks(conn, run.id, rollbacks)
-    last_step = run.last_step
-    if len(points):
-        newest = int(points.step.max())
-        last_step = newest if last_step is None else max(last_step, newest)
-    alive = liveness.observe(run, points, now)
-    updated = replace(run, state=state, points=run.points + len(points), last_step=last_step, updated_at=now, **alive)
-    stored_runs.save_run(conn, run, state, updated.points, last_step, now, alive, dirty)
+    (updated,) = store_points_of_runs(conn, [Storing(run, points, segment, rollbacks, state, now, dirty)])
+    return updated
+
+
+@dataclass(frozen=True)
+class Storing:
+    """What `store_points` stores for one run (`run`: its locked row)."""
+
+    run: StoredRun
+    points: Points
+    segment: np.ndarray
+    rollbacks: tuple[Rollback, ...]
+    state: RunState
+    now: float
+    dirty: bool = False
+
+
+def store_points_of_runs(conn: Connection, storing: Sequence[Storing]) -> list[StoredRun]:
+    """`store_points` of several runs (each once) with the statements of one: a group of
+    small appends written in one transaction costs what one of them would."""
+    stored_runs.append_points_of_runs(conn, [(s.run.id, s.points, s.segment) for s in storing])
+    saves, updated = [], []
+    for s in storing:
+        stored_runs.add_rollbacks(conn, s.run.id, s.rollbacks)
+        last_step = s.run.last_step
+        if len(s.points):
+            newest = int(s.points.step.max())
+            last_step = newest if last_step is None else max(last_step, newest)
+        alive = liveness.observe(s.run, s.points, s.now)
+        points = s.run.points + len(s.points)
+        updated.append(replace(s.run, state=s.state, points=points, last_step=last_step, updated_at=s.now, **alive))
+        saves.append(stored_runs.RunSave(s.run.id, s.state, points, last_step, s.now, alive, s.dirty))
+    stored_runs.save_runs(conn, saves)
     return updated
 
 

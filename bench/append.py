@@ -5,6 +5,9 @@ out"), old code beside new in the same run:
   `before_cursor_execute`, in a process running the code under test): 10 points (5 steps x
   2 tags) and 8 points (1 step x 8 tags) with the analysis deferred, and 10 points analysed
   inline.  Transaction control (BEGIN, COMMIT) and the pool's ping are not counted;
+* group commit in process: 32 runs posted to in turn, 10 points a post, `size` posts
+  written per transaction (`app.service.ingest.ingest_json_group`; the old code: one each),
+  without HTTP: wall, CPU and PostgreSQL's CPU (all its processes, from /proc) per post;
 * small appends vs workers: 32 clients (one asyncio process, raw HTTP/1.1 over kept-alive
   connections: the client costs little CPU), each a training loop posting 10 points to its
   own run.  Paced at 200 requests/s in total for the latency (p50/p99, from when each request
@@ -65,6 +68,7 @@ STEPS, TAGS = 5, ("train/loss", "train/grad_norm")  # 10 points a request
 BIG_STEPS = 1_250_000  # x 8 tags: the 10M-point run
 BIG_BATCH = 250_000  # steps stored per transaction while building it
 BIG_RATE = 40.0
+GROUP_SIZES = (4, 16, 32)  # posts per transaction, in process (1: each code's own row)
 
 
 def progress(message: str) -> None:
@@ -252,6 +256,56 @@ def statements(code: Path | None) -> list[int]:
         return json.loads(out.stdout)
 
 
+GROUP_SNIPPET = textwrap.dedent("""
+    import json, os, sys, time
+    from app.service import ingest
+    from app.service.settings import Settings
+    from app.store.db import open_store
+    store, size, rounds = open_store(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    deferred = Settings(analysis_interval=3600.0)
+    runs = [f"loop-{c}" for c in range(32)]
+    def body(first):
+        return json.dumps({"points": [{"step": s, "tag": t, "value": 2.0 + s / 1000} for s in range(first, first + 5)
+                                      for t in ("train/loss", "train/grad_norm")]}).encode()
+    def postgres_cpu():
+        total = 0.0
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                stat = open(f"/proc/{pid}/stat").read()
+            except OSError:
+                continue
+            if "(postgres)" in stat:
+                fields = stat.rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return total
+    def post_round(first):
+        for at in range(0, len(runs), size):
+            if size == 1:
+                ingest.ingest_json(store, runs[at], body(first), False, False, deferred, time.time())
+            else:
+                posts = [ingest.PostedPoints(r, body(first), False, False, time.time()) for r in runs[at : at + size]]
+                ingest.ingest_json_group(store, posts, deferred)
+    for r in range(10):
+        post_round(5 * r)
+    wall, cpu, pg = time.perf_counter(), time.process_time(), postgres_cpu()
+    for r in range(10, 10 + rounds):
+        post_round(5 * r)
+    n = rounds * len(runs)
+    print(json.dumps([(time.perf_counter() - wall) / n, (time.process_time() - cpu) / n, (postgres_cpu() - pg) / n]))
+""")
+
+
+def group_costs(code: Path | None, size: int, rounds: int) -> list[float]:
+    """[wall, CPU, PostgreSQL CPU] seconds per post, posts written `size` to a transaction
+    in one process (no HTTP): 32 runs, 10 points a post, the analysis deferred."""
+    code = code or Path(__file__).resolve().parents[1]
+    with postgres_store() as store:
+        env = {**os.environ, "PYTHONPATH": str(code)}
+        out = subprocess.run([sys.executable, "-c", GROUP_SNIPPET, store.url, str(size), str(rounds)], env=env, cwd=code,
+                             capture_output=True, check=True, text=True)
+        return json.loads(out.stdout)
+
+
 def small_appends(code: Path | None, workers: int, deferred: bool, seconds: float, workdir: Path) -> tuple[Load, Load]:
     """(paced, closed-loop) small appends, each client to its own run, on a fresh schema."""
     with postgres_store() as store, serving(store.url, workdir, code, workers, deferred) as server:
@@ -334,6 +388,13 @@ def main() -> None:
         progress(f"statements: {label}")
         rows.append([label, *statements(code)])
     print(table(["code", "10 points, 2 tags, deferred", "8 points, 8 tags, deferred", "10 points, analysed inline"], rows))
+    print("\n### Posts written per transaction, in one process (no HTTP; 10 points, analysis deferred)\n")
+    rows = []
+    for label, code, size in [(label, code, 1) for label, code in codes] + [("new", None, n) for n in GROUP_SIZES]:
+        progress(f"groups of {size}: {label}")
+        wall, cpu, pg = group_costs(code, size, 30 if args.quick else 100)
+        rows.append([label, size, f"{wall * 1000:.2f}", f"{cpu * 1000:.2f}", f"{pg * 1000:.2f}"])
+    print(table(["code", "posts per transaction", "wall ms/post", "CPU ms/post", "PostgreSQL CPU ms/post"], rows))
     with tempfile.TemporaryDirectory(prefix="append-bench-") as tmp:
         workdir = Path(tmp)
         paced_rows, closed_rows = [], []

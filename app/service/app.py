@@ -18,6 +18,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.service import errors, ui
+from app.service.append_groups import AppendGroups
 from app.service.auth import Gate
 from app.service.background import Background
 from app.service.headers import SecurityHeaders
@@ -49,6 +50,7 @@ def create_app(settings: Settings) -> FastAPI:
         client = httpx.Client()
         app.state.store = store
         app.state.settings = settings
+        app.state.appends = AppendGroups(store, settings)
         app.state.metrics = Metrics(store, settings.metrics_max_runs, settings.analysis)
         app.state.gate = Gate(store, settings.auth)
         log.info("auth", extra={"mode": settings.auth, "locked": app.state.gate.locked()})
@@ -63,6 +65,7 @@ def create_app(settings: Settings) -> FastAPI:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             client.close()
+            app.state.appends.close()
             store.close()
 
     app = FastAPI(title="losswatch", version=version("losswatch"), description=DESCRIPTION, lifespan=lifespan,

@@ -12,6 +12,7 @@ import time
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 
 from app.service import csrf
 from app.service.errors import ApiError
@@ -32,12 +33,20 @@ class TokenCache:
         self.store, self.ttl = store, ttl
         self._answers: dict[str, tuple[float, set[str] | None]] = {}
 
+    def cached(self, token: str) -> tuple[bool, set[str] | None]:
+        """(whether the answer is remembered, `scopes(token)` if it is): a request's check
+        asks this first, on the event loop, and the store only when it must."""
+        cached = self._answers.get(token)
+        if cached is not None and time.monotonic() - cached[0] < self.ttl:
+            return True, cached[1]
+        return False, None
+
     def scopes(self, token: str) -> set[str] | None:
         """The token's scopes; None for an unknown (or revoked) token."""
         now = time.monotonic()
-        cached = self._answers.get(token)
-        if cached is not None and now - cached[0] < self.ttl:
-            return cached[1]
+        known, answer = self.cached(token)
+        if known:
+            return answer
         with self.store.read() as conn:
             answer = tokens.scopes_of(conn, token)
         if len(self._answers) > 10_000:
@@ -64,6 +73,10 @@ class Gate:
             self._locked = self._tokens_exist()
         return self._locked
 
+    def settled(self) -> bool:
+        """Whether `locked()` answers without asking the store."""
+        return self.mode != "until_first_token" or self._locked
+
     def _tokens_exist(self) -> bool:
         with self.store.read() as conn:
             return tokens.any_tokens(conn)
@@ -72,19 +85,23 @@ class Gate:
 def require(scope: str):
     """A dependency admitting requests whose token has `scope` ("read" or "write").  Writes
     that no bearer token vouches for (a browser's cookie, or none on an open service) must
-    also pass the cross-site checks of `csrf.check`."""
+    also pass the cross-site checks of `csrf.check`.  It runs on the event loop (a sync
+    dependency would cost every request a hand-off to a thread) and goes to a thread only
+    when the store must be asked: a token not in the cache, a gate not yet settled."""
 
-    def check(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
+    async def check(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
         gate: Gate = request.app.state.gate
         token = credentials.credentials if credentials else request.cookies.get(COOKIE)
         by_cookie = False
         if gate.mode != "open":
             if token is None:
-                if gate.locked():
+                if gate.locked() if gate.settled() else await run_in_threadpool(gate.locked):
                     raise ApiError(401, "unauthorized", "this service needs a bearer token: Authorization: Bearer <token>")
                 csrf.check_loopback_host(request)  # open, on loopback: only until_first_token gets here
             else:
-                scopes = gate.tokens.scopes(token)
+                known, scopes = gate.tokens.cached(token)
+                if not known:
+                    scopes = await run_in_threadpool(gate.tokens.scopes, token)
                 if scopes is None:
                     raise ApiError(401, "unauthorized", "unknown token")
                 if scope not in scopes:

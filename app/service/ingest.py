@@ -19,7 +19,8 @@ start at, and the service keeps each file's offset, so a resent chunk stores not
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from sqlalchemy.engine import Connection
@@ -34,9 +35,18 @@ from app.ingest.textlogs import parse_text_log
 from app.service.errors import ApiError, problem_dict
 from app.service.settings import HTTP_SOURCE, Settings
 from app.store import runs as stored_runs
-from app.store.db import Store
+from app.store.db import Store, unavailable
 from app.store.runs import StoredFile, StoredRun
-from app.updates import Applied, Reported, analyze_locked, analyze_now, due_for_analysis, store_points
+from app.updates import (
+    Applied,
+    Reported,
+    Storing,
+    analyze_locked,
+    analyze_now,
+    due_for_analysis,
+    store_points,
+    store_points_of_runs,
+)
 
 REQUEST = "request"  # the "file" posted points and rollbacks are recorded as coming from
 
@@ -56,35 +66,200 @@ class IngestResult:
 
 
 def ingest_json(store: Store, run: str, body: bytes, ndjson: bool, strict: bool, settings: Settings, now: float) -> IngestResult:
-    parsed = parse_text_log(body, source="request", run=run, strict=strict, fmt="ndjson" if ndjson else None)
+    (answer,) = ingest_json_group(store, [PostedPoints(run, body, ndjson, strict, now)], settings)
+    if isinstance(answer, Exception):
+        raise answer
+    return answer
+
+
+@dataclass(frozen=True)
+class PostedPoints:
+    """One request's JSON or NDJSON body of points for a run, as it arrived at `now`."""
+
+    run: str
+    body: bytes
+    ndjson: bool
+    strict: bool
+    now: float
+
+
+def ingest_json_group(store: Store, posts: Sequence[PostedPoints], settings: Settings) -> list[IngestResult | Exception]:
+    """Store several posts to distinct runs in one transaction (group commit), each answered
+    as if posted alone: its result, or the error it alone would have raised
+    (`write_json_group`, then `analyse_written`)."""
+    written = write_json_group(store, posts, settings)
+    analyse_written(store, posts, written, settings)
+    return written.answers
+
+
+@dataclass(frozen=True)
+class WrittenGroup:
+    """A group of posts once written: each post's answer, final but for the posts whose runs
+    are to be analysed now that their points are committed (`analyse_written`)."""
+
+    answers: list[IngestResult | Exception]
+    later: list[tuple[int, StoredRun, StoredRun]]  # (post, run before, run after): a rewrite, a bulk load
+    due: list[int]  # posts due for analysis with their append
+
+    @property
+    def waiting(self) -> set[int]:
+        """The posts whose answers wait for `analyse_written`."""
+        return {i for i, _, _ in self.later} | set(self.due)
+
+
+def write_json_group(store: Store, posts: Sequence[PostedPoints], settings: Settings) -> WrittenGroup:
+    """Store several posts to distinct runs in one transaction: one commit and the
+    statements of one append for the lot.  Should the transaction fail, each post is tried
+    again in a transaction of its own, so one post's failure never fails another's (unless
+    the store itself is unavailable: then all fail at once, as each would).  The analyses due
+    with some posts are left to `analyse_written`, so they hold up no other post (a group of
+    one post is analysed in its own transaction, as an append alone always was)."""
+    answers: list[IngestResult | Exception] = []
+    parsed: list[tuple[int, Points, IngestResult]] = []
+    for i, post in enumerate(posts):
+        try:
+            points, result = _parsed(post, settings)
+        except Exception as e:  # refused (ApiError, a strict post's IngestError) or a defect: this post's alone
+            answers.append(e)
+            continue
+        answers.append(result)
+        if points is not None:
+            parsed.append((i, points, result))
+    later, due = _stored(store, posts, parsed, settings, answers) if parsed else ([], [])
+    return WrittenGroup(answers, later, due)
+
+
+def analyse_written(store: Store, posts: Sequence[PostedPoints], written: WrittenGroup, settings: Settings) -> None:
+    """Analyse the runs of a written group's posts that wait for it, and complete their
+    answers: those due with their append together in one transaction (each alone should it
+    fail), a rewrite or bulk load each outside the lock (`_assess`).  An analysis that fails
+    fails its own post alone (its points stay stored)."""
+    answers = written.answers
+    _analysed_after(store, posts, written.due, settings, answers)
+    for i, before, run in written.later:
+        try:
+            _assess(store, before, run, settings, posts[i].now, answers[i])
+        except Exception as e:
+            answers[i] = e
+
+
+def _stored(
+    store: Store, posts: Sequence[PostedPoints], parsed: list[tuple[int, Points, IngestResult]], settings: Settings,
+    answers: list[IngestResult | Exception],
+) -> tuple[list[tuple[int, StoredRun, StoredRun]], list[int]]:
+    """`_store_group` of the parsed posts, post by post should the group fail."""
+    try:
+        group = [(posts[i], points, result) for i, points, result in parsed]
+        return _store_group(store, group, settings, answers, [i for i, _, _ in parsed], apart=len(parsed) > 1)
+    except Exception as e:
+        if len(parsed) == 1 or unavailable(e):
+            for i, _, _ in parsed:
+                answers[i] = e
+            return [], []
+    later: list[tuple[int, StoredRun, StoredRun]] = []
+    due: list[int] = []
+    for i, points, result in parsed:  # alone, each fails or not on its own account
+        try:
+            alone_later, alone_due = _store_group(store, [(posts[i], points, result)], settings, answers, [i], apart=False)
+        except Exception as alone:
+            answers[i] = alone
+            continue
+        later += alone_later
+        due += alone_due
+    return later, due
+
+
+def _analysed_after(
+    store: Store, posts: Sequence[PostedPoints], due: list[int], settings: Settings, answers: list[IngestResult | Exception],
+) -> None:
+    """Analyse the runs of these committed posts, due for analysis with their append, in one
+    transaction (each alone should it fail), each post's answer saying how it went."""
+    if not due:
+        return
+    try:
+        _analyse_locked(store, posts, due, settings, answers)
+    except Exception as e:
+        if len(due) == 1 or unavailable(e):
+            for i in due:
+                answers[i] = e
+            return
+        for i in due:
+            try:
+                _analyse_locked(store, posts, [i], settings, answers)
+            except Exception as alone:
+                answers[i] = alone
+
+
+def _analyse_locked(
+    store: Store, posts: Sequence[PostedPoints], due: list[int], settings: Settings, answers: list[IngestResult | Exception],
+) -> None:
+    results = {i: replace(answers[i]) for i in due}  # filled only once committed
+    with store.write() as conn:
+        locked = stored_runs.lock_runs(conn, HTTP_SOURCE, [posts[i].run for i in due], posts[due[0]].now)
+        for i in due:
+            _answer(results[i], analyze_locked(conn, locked[posts[i].run], settings.analysis, settings.webhooks, posts[i].now))
+    for i, result in results.items():
+        answers[i] = result
+
+
+def _parsed(post: PostedPoints, settings: Settings) -> tuple[Points | None, IngestResult]:
+    """The post's points to store (None: nothing to store) and its answer so far; ApiError
+    for a request refused before anything is stored."""
+    parsed = parse_text_log(post.body, source="request", run=post.run, strict=post.strict, fmt="ndjson" if post.ndjson else None)
     result = IngestResult(rejected=[problem_dict(p) for p in parsed.problems])
-    points = parsed.runs.pop(run, None)
+    points = parsed.runs.pop(post.run, None)
     for other, extra in parsed.runs.items():
-        result.rejected.append({"reason": f"run {other!r} is not this URL's run {run!r}", "points": len(extra)})
-    if strict and result.rejected:
+        result.rejected.append({"reason": f"run {other!r} is not this URL's run {post.run!r}", "points": len(extra)})
+    if post.strict and result.rejected:
         raise ApiError(422, "invalid_input", "the body has bad records", result.rejected)
     if points is None or not len(points):
-        return result
+        return None, result
     if len(points) > settings.max_points_per_request:
         raise ApiError(413, "too_many_points", f"{len(points)} points in one request; the limit is {settings.max_points_per_request}")
-    points = _last_of_each_step(points, result)
+    return _last_of_each_step(points, result), result
+
+
+def _store_group(
+    store: Store, group: list[tuple[PostedPoints, Points, IngestResult]], settings: Settings,
+    answers: list[IngestResult | Exception], at: list[int], apart: bool,
+) -> tuple[list[tuple[int, StoredRun, StoredRun]], list[int]]:
+    """Store the group's points in one transaction, its runs locked in one statement; put
+    each post's answer (a copy of its answer so far, so a failed try leaves none half-made)
+    at its place in `answers`.  Returned, to see to once committed: the posts whose runs
+    need more analysis (a rewrite, a bulk load: place in `answers`, the run before and
+    after), and, when `apart`, those due for analysis with their append (places in
+    `answers`); without `apart` those are analysed in this transaction."""
+    results = [replace(result) for _, _, result in group]
     with store.write() as conn:
-        stored = stored_runs.lock_run(conn, HTTP_SOURCE, run, now)
-        triage = _triage(conn, stored, points)
-        fresh = triage.fresh
-        result.duplicates += len(points) - len(fresh)
-        result.accepted, result.replaced = len(fresh), triage.replaced
-        if not len(fresh):
-            return result
-        segment, rollbacks, segments = _segments(fresh, triage.rewound, stored.state.segments)
-        result.rollbacks = [{"tags": list(r.tags), "from_step": r.from_step, "to_step": r.to_step} for r in rollbacks]
-        updated = store_points(conn, stored, fresh, segment, rollbacks, RunState(segments, stored.state.plugins), now,
-                               dirty=True)
-        if _analysed_with_append(stored, len(fresh), rollbacks, settings, now):
-            _answer(result, analyze_locked(conn, updated, settings.analysis, settings.webhooks, now))
-            return result
-    _assess(store, stored, updated, settings, now, result)
-    return result
+        locked = stored_runs.lock_runs(conn, HTTP_SOURCE, [post.run for post, _, _ in group], group[0][0].now)
+        storing: list[tuple[int, Storing]] = []
+        for k, (post, points, _) in enumerate(group):
+            stored, result = locked[post.run], results[k]
+            triage = _triage(conn, stored, points)
+            fresh = triage.fresh
+            result.duplicates += len(points) - len(fresh)
+            result.accepted, result.replaced = len(fresh), triage.replaced
+            if not len(fresh):
+                continue
+            segment, rollbacks, segments = _segments(fresh, triage.rewound, stored.state.segments)
+            result.rollbacks = [{"tags": list(r.tags), "from_step": r.from_step, "to_step": r.to_step} for r in rollbacks]
+            state = RunState(segments, stored.state.plugins)
+            storing.append((k, Storing(stored, fresh, segment, rollbacks, state, post.now, dirty=True)))
+        updated = store_points_of_runs(conn, [s for _, s in storing])
+        after: list[tuple[int, StoredRun, StoredRun]] = []
+        due: list[int] = []
+        for (k, s), run in zip(storing, updated):
+            if not due_for_analysis(s.run, settings.analysis_interval, s.now):
+                results[k].analysis = "deferred"  # as `_assess` would say: the background analysis picks it up
+            elif not _analysed_with_append(s.run, len(s.points), s.rollbacks, settings, s.now):
+                after.append((at[k], s.run, run))
+            elif apart:
+                due.append(at[k])
+            else:
+                _answer(results[k], analyze_locked(conn, run, settings.analysis, settings.webhooks, s.now))
+    for k, result in enumerate(results):
+        answers[at[k]] = result
+    return after, due
 
 
 def rollback(store: Store, run: str, to_step: int, settings: Settings, now: float) -> IngestResult:

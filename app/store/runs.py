@@ -5,7 +5,7 @@ transaction: points and the offsets they were read up to commit together or not 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,6 +55,18 @@ def lock_run(conn: Connection, source: str, name: str, now: float) -> StoredRun:
     write lock) and returns the row as it is once locked."""
     params = {"source": source, "name": name, "state": _state_json(RunState()), "now": now}
     return _stored(conn.execute(_lock_statement(conn.dialect.name), params).one())
+
+
+def lock_runs(conn: Connection, source: str, names: Sequence[str], now: float) -> dict[str, StoredRun]:
+    """`lock_run` of several runs of a source in one statement (a group of appends).  Rows
+    are locked in name order, the order every group takes them in, so two groups sharing
+    runs wait for each other rather than deadlock."""
+    names = sorted(set(names))
+    if len(names) == 1:  # one row: a plain execute costs less than a batch of one
+        return {names[0]: lock_run(conn, source, names[0], now)}
+    state = _state_json(RunState())
+    params = [{"source": source, "name": name, "state": state, "now": now} for name in names]
+    return {row.name: _stored(row) for row in conn.execute(_lock_statement(conn.dialect.name), params)}
 
 
 @functools.cache
@@ -119,35 +131,44 @@ SMALL_CHUNK = 1024  # a tag's last chunk this small takes the next append in, ra
 def append_points(conn: Connection, run_id: int, points: Points, segment: np.ndarray) -> None:
     """Chunks of at most CHUNK_POINTS points per tag, in write order.  Small appends (a
     training loop posting every step) go into the tag's last chunk while it is small, so a
-    run's chunk count grows with its points, not with how often it was appended to.  The
-    statements do not grow with the tags posted: one read of the tags' last chunks, one
-    insert of any new tags, one batch of chunk updates and one of new chunks."""
-    if not len(points):
+    run's chunk count grows with its points, not with how often it was appended to."""
+    append_points_of_runs(conn, [(run_id, points, segment)])
+
+
+def append_points_of_runs(conn: Connection, appends: Sequence[tuple[int, Points, np.ndarray]]) -> None:
+    """`append_points` of several runs (run id, points, their segments; each run once).  The
+    statements grow with neither the runs nor the tags posted: one read of the tags' last
+    chunks, one insert of any new tags, one batch of chunk updates and one of new chunks
+    (with their summaries)."""
+    appends = [(run_id, points, segment) for run_id, points, segment in appends if len(points)]
+    if not appends:
         return
-    names = [points.tags[t] for t in np.unique(points.tag)]
-    lasts = _last_chunks(conn, run_id, names)
-    ids = {name: last.tag_id for name, last in lasts.items()} | _add_tags(conn, run_id, [n for n in names if n not in lasts])
-    order = np.argsort(points.tag, kind="stable")
-    bounds = np.flatnonzero(np.diff(points.tag[order])) + 1
+    wanted = {(run_id, points.tags[t]) for run_id, points, _ in appends for t in np.unique(points.tag)}
+    lasts = _last_chunks(conn, sorted({run_id for run_id, _ in wanted}), sorted({name for _, name in wanted}))
+    lasts = {key: last for key, last in lasts.items() if key in wanted}
+    ids = {key: last.tag_id for key, last in lasts.items()} | _add_tags(conn, sorted(wanted - lasts.keys()))
     grown, rows = [], []
-    for part in np.split(order, bounds):
-        name = points.tags[points.tag[part[0]]]
-        columns = (points.step[part], segment[part], points.wall_time[part], points.value[part])
-        last = lasts.get(name)
-        if len(part) < SMALL_CHUNK and last is not None and last.chunk_id is not None:
-            merged = [np.concatenate([old, new]) for old, new in zip(chunks.unpack(last.data, last.count), columns)]
-            row, summary = _chunk_row(ids[name], *merged)
-            grown.append(({"chunk_id": last.chunk_id, **row}, {"summarised": last.chunk_id, **summary}))
-            continue
-        for i in range(0, len(part), CHUNK_POINTS):
-            rows.append(_chunk_row(ids[name], *(c[i : i + CHUNK_POINTS] for c in columns)))
+    for run_id, points, segment in appends:
+        order = np.argsort(points.tag, kind="stable")
+        bounds = np.flatnonzero(np.diff(points.tag[order])) + 1
+        for part in np.split(order, bounds):
+            key = (run_id, points.tags[points.tag[part[0]]])
+            columns = (points.step[part], segment[part], points.wall_time[part], points.value[part])
+            last = lasts.get(key)
+            if len(part) < SMALL_CHUNK and last is not None and last.chunk_id is not None:
+                merged = [np.concatenate([old, new]) for old, new in zip(chunks.unpack(last.data, last.count), columns)]
+                row, summary = _chunk_row(ids[key], *merged)
+                grown.append(({"chunk_id": last.chunk_id, **row}, {"summarised": last.chunk_id, **summary}))
+                continue
+            for i in range(0, len(part), CHUNK_POINTS):
+                rows.append(_chunk_row(ids[key], *(c[i : i + CHUNK_POINTS] for c in columns)))
     if grown:
         conn.execute(_GROW_CHUNK, [row for row, _ in grown])
         conn.execute(_GROW_SUMMARY, [summary for _, summary in grown])
     if rows:
         insert = chunk_table.insert().returning(chunk_table.c.id, sort_by_parameter_order=True)
-        ids = conn.execute(insert, [row for row, _ in rows]).scalars().all()
-        conn.execute(chunk_summaries.insert(), [{"chunk_id": i, **summary} for i, (_, summary) in zip(ids, rows)])
+        new_ids = conn.execute(insert, [row for row, _ in rows]).scalars().all()
+        conn.execute(chunk_summaries.insert(), [{"chunk_id": i, **summary} for i, (_, summary) in zip(new_ids, rows)])
 
 
 @dataclass(frozen=True)
@@ -160,19 +181,20 @@ class _LastChunk:
     data: bytes | None
 
 
-def _last_chunks(conn: Connection, run_id: int, names: list[str]) -> dict[str, _LastChunk]:
-    """These tags of the run that are stored, each with its last chunk if small (one query)."""
-    rows = conn.execute(_LAST_CHUNKS, {"run_id": run_id, "names": names})
-    return {name: _LastChunk(tag_id, chunk_id, count, data) for name, tag_id, chunk_id, count, data in rows}
+def _last_chunks(conn: Connection, run_ids: list[int], names: list[str]) -> dict[tuple[int, str], _LastChunk]:
+    """(run id, tag) -> the tag, with its last chunk if small, of these runs' tags of these
+    names that are stored (one query; some pairs may not have been asked for)."""
+    rows = conn.execute(_LAST_CHUNKS, {"run_ids": run_ids, "names": names})
+    return {(run_id, name): _LastChunk(tag_id, chunk_id, count, data) for run_id, name, tag_id, chunk_id, count, data in rows}
 
 
 def _last_chunks_query() -> sa.Select:
     same_tag = chunk_table.alias("same_tag")
     newest = sa.select(sa.func.max(same_tag.c.id)).where(same_tag.c.tag_id == tags.c.id).correlate(tags).scalar_subquery()
     return (
-        sa.select(tags.c.name, tags.c.id, chunk_table.c.id, chunk_table.c.count, chunk_table.c.data)
+        sa.select(tags.c.run_id, tags.c.name, tags.c.id, chunk_table.c.id, chunk_table.c.count, chunk_table.c.data)
         .select_from(tags.outerjoin(chunk_table, sa.and_(chunk_table.c.id == newest, chunk_table.c.count < SMALL_CHUNK)))
-        .where(tags.c.run_id == sa.bindparam("run_id"), tags.c.name.in_(sa.bindparam("names", expanding=True)))
+        .where(tags.c.run_id.in_(sa.bindparam("run_ids", expanding=True)), tags.c.name.in_(sa.bindparam("names", expanding=True)))
     )
 
 
@@ -181,12 +203,14 @@ _GROW_CHUNK = chunk_table.update().where(chunk_table.c.id == sa.bindparam("chunk
 _GROW_SUMMARY = chunk_summaries.update().where(chunk_summaries.c.chunk_id == sa.bindparam("summarised"))
 
 
-def _add_tags(conn: Connection, run_id: int, names: list[str]) -> dict[str, int]:
-    """Store new tags of the run (its row is locked: no one else adds them meanwhile)."""
-    if not names:
+def _add_tags(conn: Connection, keys: list[tuple[int, str]]) -> dict[tuple[int, str], int]:
+    """Store new tags, (run id, name) each (their runs' rows are locked: no one else adds
+    them meanwhile)."""
+    if not keys:
         return {}
-    added = conn.execute(tags.insert().returning(tags.c.name, tags.c.id), [{"run_id": run_id, "name": n} for n in names])
-    return dict(added.all())
+    added = conn.execute(tags.insert().returning(tags.c.run_id, tags.c.name, tags.c.id),
+                         [{"run_id": run_id, "name": name} for run_id, name in keys])
+    return {(run_id, name): tag_id for run_id, name, tag_id in added}
 
 
 def _chunk_row(tag_id: int, step: np.ndarray, segment: np.ndarray, wall_time: np.ndarray, value: np.ndarray) -> tuple[dict, dict]:
@@ -252,16 +276,31 @@ def load_resumes(conn: Connection, run_id: int) -> tuple[Resume, ...]:
     return tuple(Resume(r.from_step, r.to_step, r.segment, r.wall_time, tuple(r.tags or ())) for r in conn.execute(query))
 
 
-def save_run(
-    conn: Connection, run: StoredRun, state: RunState, points: int, last_step: int | None, now: float,
-    liveness: Mapping[str, object] | None = None, dirty: bool = False,
-) -> None:
-    """The run's row after storing points, in one statement: its state and counts, its
-    `liveness` columns (app/liveness.py) and, when `dirty`, waiting for analysis since
-    `now` unless it already was."""
-    values = {"state": _state_json(state), "points": points, "last_step": last_step, "updated_at": now, **(liveness or {})}
-    params = {f"v_{column}": value for column, value in values.items()}
-    conn.execute(_save_statement(tuple(sorted(values)), dirty), {**params, "run_id": run.id, "dirty_at": now})
+@dataclass(frozen=True)
+class RunSave:
+    """What storing points changes in a run's row (`save_runs`)."""
+
+    run_id: int
+    state: RunState
+    points: int
+    last_step: int | None
+    now: float
+    liveness: Mapping[str, object]
+    dirty: bool
+
+
+def save_runs(conn: Connection, saves: Sequence[RunSave]) -> None:
+    """Several runs' rows after storing points, in one statement per set of columns written
+    (usually one): each run's state and counts, its `liveness` columns (app/liveness.py)
+    and, when `dirty`, waiting for analysis since `now` unless it already was."""
+    batches: dict[tuple[tuple[str, ...], bool], list[dict]] = {}
+    for save in saves:
+        values = {"state": _state_json(save.state), "points": save.points, "last_step": save.last_step,
+                  "updated_at": save.now, **save.liveness}
+        params = {f"v_{column}": value for column, value in values.items()}
+        batches.setdefault((tuple(sorted(values)), save.dirty), []).append({**params, "run_id": save.run_id, "dirty_at": save.now})
+    for (columns, dirty), params in batches.items():
+        conn.execute(_save_statement(columns, dirty), params)
 
 
 def update_run(conn: Connection, run_id: int, values: Mapping[str, object]) -> None:

@@ -53,9 +53,10 @@ def checked_name(value: str, what: str, max_chars: int = MAX_NAME_CHARS) -> str:
     return value
 
 
-def utf8_url(request: Request) -> None:
+async def utf8_url(request: Request) -> None:
     """400 for a URL whose percent-decoded path or query is not UTF-8: decoded leniently it
-    would name a run or tag other than the one the client meant."""
+    would name a run or tag other than the one the client meant.  Async: run on the event
+    loop, not handed to a thread (it reads nothing but the URL)."""
     parts = (("path", request.scope.get("raw_path") or b""), ("query", request.scope.get("query_string") or b""))
     for where, raw in parts:
         decoded = unquote_to_bytes(raw.replace(b"+", b" ") if where == "query" else raw)

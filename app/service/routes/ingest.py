@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 from app.ingest.problems import IngestError
 from app.service.auth import WRITE
 from app.service.errors import ApiError, problem_dict
-from app.service.ingest import IngestResult, ingest_events, ingest_json, rollback
+from app.service.ingest import IngestResult, PostedPoints, ingest_events, ingest_json, rollback
 from app.service.models import Error, IngestResponse, RollbackBody
 from app.service.routes.common import checked_name, read_body, settings_of, store_of, utf8_url
 
@@ -18,6 +18,9 @@ router = APIRouter(prefix="/v1/runs", tags=["ingest"], dependencies=[Depends(utf
 
 RunName = Path(..., description="The run; posted runs live under the source 'http'.")
 MAX_OFFSET = 2**62  # beyond any file; keeps offset arithmetic inside int64
+# A body this small (a training loop's few points) is written with others arriving meanwhile,
+# in one transaction (app/service/append_groups.py); a larger one (a bulk load) alone.
+GROUPED_BODY_BYTES = 64 << 10
 _ERRORS = {
     400: {"model": Error}, 401: {"model": Error}, 403: {"model": Error}, 404: {"model": Error}, 413: {"model": Error},
     415: {"model": Error}, 422: {"model": Error}, 503: {"model": Error},
@@ -69,9 +72,12 @@ async def post_points(
         body = await read_body(request, settings.max_body_bytes, claim)
         _check_json_start(body, fmt)
         try:
-            result = await run_in_threadpool(
-                ingest_json, store_of(request), run, body, fmt == "ndjson", strict, settings, time.time()
-            )
+            if len(body) <= GROUPED_BODY_BYTES:
+                result = await request.app.state.appends.post(PostedPoints(run, body, fmt == "ndjson", strict, time.time()))
+            else:
+                result = await run_in_threadpool(
+                    ingest_json, store_of(request), run, body, fmt == "ndjson", strict, settings, time.time()
+                )
         except IngestError as e:
             details = [problem_dict(p) for p in e.problems]
             if all(_unreadable(d) for d in details):
