@@ -51,7 +51,7 @@ from app.store import reports
 from app.store import runs as stored_runs
 from app.store.db import Store
 from app.store.runs import StoredFile
-from app.updates import Reported, analyze_locked, check_liveness, store_points
+from app.updates import Reported, Storing, analyze_locked, check_liveness, store_points, store_points_of_runs
 
 REPORT_LEASE = 15 * 60.0  # a scan on another host that holds changes this long without a commit is taken for dead
 DELIVERY_BUDGET = 10.0  # seconds a scan may spend delivering, after its own work
@@ -349,32 +349,41 @@ def _read_new(target: _Target, before: stored_runs.StoredRun | None, files: dict
 
 
 def _store_reads(store: Store, reads: list[_Read], options: _Options, outcome: ScanOutcome) -> None:
-    """Store and analyse these runs' reads in one transaction, each run locked first."""
+    """Store and analyse these runs' reads in one transaction: the runs locked in one
+    statement per source, their points stored with the statements of one run's, then each
+    analysed."""
     if not reads:
         return
     now = options.clock()
     reads = sorted(reads, key=lambda r: (r.target.source, r.target.name))
     with store.write() as conn:
-        locked = [stored_runs.lock_run(conn, r.target.source, r.target.name, now) for r in reads]
-        files = stored_runs.files_of_runs(conn, [run.id for run in locked])
-        for r, run in zip(reads, locked):
-            if files.get(run.id, {}) != r.files:
-                continue  # another scan stored this run since it was read: see the module
-            _store_read(conn, run, r, options, now, outcome)
+        locked = {}
+        for source in dict.fromkeys(r.target.source for r in reads):  # in (source, name) order
+            names = [r.target.name for r in reads if r.target.source == source]
+            locked |= {(source, name): run for name, run in stored_runs.lock_runs(conn, source, names, now).items()}
+        files = stored_runs.files_of_runs(conn, [run.id for run in locked.values()])
+        # another scan stored a run since it was read: see the module
+        current = [(r, locked[r.target.source, r.target.name]) for r in reads]
+        current = [(r, run) for r, run in current if files.get(run.id, {}) == r.files]
+        storing = [_storing(conn, run, r, now) for r, run in current]
+        for (r, _), updated in zip(current, store_points_of_runs(conn, storing)):
+            read = r.read
+            outcome.changed += 1
+            outcome.points += len(read.points)
+            if len(read.points) or read.rollbacks or read.rewritten:
+                _reassess(conn, updated, options, now, outcome)
 
 
-def _store_read(conn, run: stored_runs.StoredRun, r: _Read, options: _Options, now: float, outcome: ScanOutcome) -> None:
+def _storing(conn, run: stored_runs.StoredRun, r: _Read, now: float) -> Storing:
+    """A run's read made ready to store with the others of its batch: its new offsets saved,
+    and its stored points and files dropped first if it was read again from the start."""
     read = r.read
     if read.rewritten:  # the run was read again from the start: its points are replaced
         stored_runs.delete_points(conn, run.id)
         stored_runs.delete_files(conn, run.id)
         run = replace(run, last_step=None, points=0, analyzed_points=None)
     stored_runs.save_files(conn, run.id, r.progress)
-    updated = store_points(conn, run, read.points, read.segment, read.rollbacks, read.state, now)
-    outcome.changed += 1
-    outcome.points += len(read.points)
-    if len(read.points) or read.rollbacks or read.rewritten:
-        _reassess(conn, updated, options, now, outcome)
+    return Storing(run, read.points, read.segment, read.rollbacks, read.state, now)
 
 
 def _scan_text(store: Store, target: _Target, options: _Options, outcome: ScanOutcome) -> None:
