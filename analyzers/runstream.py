@@ -665,9 +665,7 @@ def _trends(
 def _past_spike(tag: str, start: int, fast: bool, up: bool) -> Finding:
     """What `explained_by_spike` needs of a spike no longer kept: its tag, onset, class and
     whether the loss came back from it."""
-    if fast:
-        return Finding(Kind.LOSS_SPIKE, tag, Severity.INFO, start, "", "", classification=SpikeClass.FAST_RECOVERING, end_step=start)
-    kind = SpikeClass.DIVERGENT if up else SpikeClass.SLOW_RECOVERING
+    kind = SpikeClass.FAST_RECOVERING if fast else SpikeClass.DIVERGENT if up else SpikeClass.SLOW_RECOVERING
     return Finding(Kind.LOSS_SPIKE, tag, Severity.INFO, start, "", "", classification=kind, end_step=None if up else start)
 
 
