@@ -239,10 +239,12 @@ def plot(path: str, run_name: str | None, tag: str | None, output: str) -> None:
 @click.option("--delivery-budget", default=scanner.DELIVERY_BUDGET, show_default=True, type=click.FloatRange(min=0),
               help="Seconds the scan may spend delivering, after its own work; what is left waits for the next scan.")
 @_allow_empty_option
+@click.option("--jobs", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Processes that read and analyse runs at once (a tick over many runs on several cores).")
 def scan(
     paths: tuple[str, ...], db_url: str | None, fmt: str, config_file: str | None, fail_on: str,
     webhooks: tuple[str, ...], alertmanagers: tuple[str, ...], show_all: bool, external_url: str | None,
-    webhook_timeout: float, delivery_budget: float, allow_empty: bool,
+    webhook_timeout: float, delivery_budget: float, allow_empty: bool, jobs: int,
 ) -> None:
     """Read what is new under each PATH since the last scan, re-analyse the runs that
     changed, and print each alert that fired, changed or resolved, once.  PATH is a
@@ -258,7 +260,7 @@ def scan(
         with httpx.Client() as client:
             outcome = scanner.scan(
                 store, list(paths), config=config, webhooks=specs, client=client, progress=progress,
-                reporter=reporter, delivery=delivery, budget=delivery_budget,
+                reporter=reporter, delivery=delivery, budget=delivery_budget, jobs=jobs,
             )
     except IngestError as e:
         _report(e.problems)

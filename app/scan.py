@@ -30,12 +30,14 @@ import os
 import secrets
 import socket
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import httpx
 
 from analyzers.config import AnalysisConfig
+from app import scan_jobs
 from app.alerts.lifecycle import AlertRecord
 from app.alerts.webhooks import DeliveryConfig, DeliveryReport, deliver_due, resend_firing
 from app.ingest.discover import TEXT_SUFFIXES, Source, discover_local
@@ -51,13 +53,24 @@ from app.store import reports
 from app.store import runs as stored_runs
 from app.store.db import Store
 from app.store.runs import StoredFile
-from app.updates import Reported, Storing, analyze_locked, check_liveness, store_points, store_points_of_runs
+from app.updates import (
+    Applied,
+    Reported,
+    Storing,
+    analyze_locked,
+    apply,
+    assess,
+    check_liveness,
+    store_points,
+    store_points_of_runs,
+)
 
 REPORT_LEASE = 15 * 60.0  # a scan on another host that holds changes this long without a commit is taken for dead
 DELIVERY_BUDGET = 10.0  # seconds a scan may spend delivering, after its own work
 OUTSIDE_ROOTS = "resolves outside the allowed roots (a symlink?): not scanned"
 BATCH_RUNS = 64  # runs stored per transaction: a commit per run was a tenth of a cron tick
 BATCH_POINTS = 16_384  # new points read before they are stored (bounds a batch's memory and work)
+PARALLEL_RUNS = 2 * BATCH_RUNS  # fewer changed runs are scanned in one process: a child takes ~1 s to start
 
 
 @dataclass
@@ -71,6 +84,13 @@ class ScanOutcome:
     earlier: int = 0  # the first `earlier` events were left unprinted by an earlier scan
     empty: list[str] = field(default_factory=list)  # paths under which no source was found
     failed: list[str] = field(default_factory=list)  # paths that could not be listed (in `problems`)
+
+    def merge(self, share: ScanOutcome) -> None:
+        """Add what another process's share of the scan did (its runs, points and changes)."""
+        self.changed += share.changed
+        self.points += share.points
+        self.events += share.events
+        self.problems += share.problems
 
 
 @dataclass(frozen=True)
@@ -93,6 +113,7 @@ class _Options:
     roots: Sequence[str] | None
     timeout: float
     reporter: Reporter | None
+    apart: bool = False  # analyse outside the transaction that stores (several processes scan)
 
 
 @dataclass(frozen=True)
@@ -121,6 +142,7 @@ def scan(
     reporter: Reporter | None = None,
     delivery: DeliveryConfig = DeliveryConfig(),
     budget: float | None = DELIVERY_BUDGET,
+    jobs: int = 1,
 ) -> ScanOutcome:
     """Scan every path; raises IngestError for a local path that does not exist or lies
     outside `roots`.  A URL prefix that cannot be listed is a problem (in `failed`), and the
@@ -134,6 +156,13 @@ def scan(
     committed but never printed come first in the outcome.  With a `client`, what is due
     in the outbox is delivered once the scan's own work is done, within `budget` seconds
     (None: no limit), and Alertmanager receivers are told again of what still fires.
+
+    `jobs` > 1 shares the runs to read among that many processes (this one and children,
+    each with its own connection; `app.scan_jobs`) once at least PARALLEL_RUNS event-file
+    runs changed.  Each then analyses a batch outside the transaction that stored it, so
+    one process's analysis runs while another stores: a run's points and offsets commit
+    together, and its analysis in the next transaction.  A run whose analysis a stopped
+    scan still owes is analysed by the next scan of its path.
     """
     options = _Options(config, webhooks, clock, roots, timeout, reporter)
     outcome = ScanOutcome()
@@ -159,11 +188,58 @@ def scan(
     with store.read() as conn:
         known = {source: stored_runs.known_files(conn, source) for source in sources}
     counted = _Progress(len(targets), progress)
+    pending = []
+    for target in targets:
+        if _changed(target, known[target.source].get(target.name, {})):
+            pending.append(target)
+        else:
+            counted.one()
+    shares = _shares(pending, jobs)
+    if len(shares) > 1:
+        options = replace(options, apart=True)
+        for done in scan_jobs.scan_shares(store, _scan_share, shares, options, counted.add, _stopped(shares)):
+            outcome.merge(done)
+    else:
+        _scan_targets(store, pending, options, outcome, counted)
+    _analyse_owed(store, sources, options, outcome)
+    outcome.events += check_liveness(store, config, webhooks, clock(), sources, hold=_holder(options))
+    if client is not None:
+        outcome.deliveries = _deliver(store, client, webhooks, delivery, clock, budget)
+    return outcome
+
+
+def _shares(targets: list[_Target], jobs: int) -> list[list[_Target]]:
+    """The runs to read, split among `jobs` processes: local event-file runs by a hash of
+    (source, name), so a run is read by one process only; text logs and objects in
+    storage (read through this process's clients) stay in the first share, this process's."""
+    local = [t for t in targets if not t.text and t.remote is None]
+    if jobs <= 1 or len(local) < PARALLEL_RUNS:
+        return [targets]
+    shares: list[list[_Target]] = [[t for t in targets if t.text or t.remote is not None]] + [[] for _ in range(jobs - 1)]
+    for t in local:
+        shares[zlib.crc32(f"{t.source}\0{t.name}".encode()) % jobs].append(t)
+    return shares
+
+
+def _stopped(shares: list[list[_Target]]) -> Callable[[int, BaseException], ScanOutcome]:
+    """What a scan says of a child process that died before its share was done."""
+    def outcome(index: int, error: BaseException) -> ScanOutcome:
+        return ScanOutcome(problems=[Problem("scan", f"a scan process stopped ({error}); of its {len(shares[index]):,} "
+                                             "runs, those it had not stored are read by the next scan")])
+    return outcome
+
+
+def _scan_share(store: Store, targets: list[_Target], options: _Options, progress: Callable[[int], None]) -> ScanOutcome:
+    """One process's share of a scan (`app.scan_jobs`): its outcome, progress told a run at a time."""
+    outcome = ScanOutcome()
+    _scan_targets(store, targets, options, outcome, _Progress(len(targets), lambda done, _: progress(1)))
+    return outcome
+
+
+def _scan_targets(store: Store, targets: list[_Target], options: _Options, outcome: ScanOutcome, counted: _Progress) -> None:
+    """Bring these runs up to date: event-file runs in batches, each text log on its own."""
     batch: dict[tuple[str, str], _Target] = {}
     for target in targets:
-        if not _changed(target, known[target.source].get(target.name, {})):
-            counted.one()
-            continue
         # A text log is stored on its own, after the runs found before it; a run already in
         # the batch (a folder named as the logdir itself) is read again once that is stored.
         if target.text or len(batch) == BATCH_RUNS or (target.source, target.name) in batch:
@@ -175,10 +251,6 @@ def scan(
         else:
             batch[target.source, target.name] = target
     _scan_runs(store, list(batch.values()), options, outcome, counted)
-    outcome.events += check_liveness(store, config, webhooks, clock(), sources, hold=_holder(options))
-    if client is not None:
-        outcome.deliveries = _deliver(store, client, webhooks, delivery, clock, budget)
-    return outcome
 
 
 def _deliver(store: Store, client: httpx.Client, webhooks: Sequence[str], delivery: DeliveryConfig,
@@ -291,7 +363,10 @@ class _Progress:
     done: int = 0
 
     def one(self) -> None:
-        self.done += 1
+        self.add(1)
+
+    def add(self, runs: int) -> None:
+        self.done += runs
         if self.report:
             self.report(self.done, self.total)
 
@@ -365,25 +440,31 @@ def _store_reads(store: Store, reads: list[_Read], options: _Options, outcome: S
         # another scan stored a run since it was read: see the module
         current = [(r, locked[r.target.source, r.target.name]) for r in reads]
         current = [(r, run) for r, run in current if files.get(run.id, {}) == r.files]
-        storing = [_storing(conn, run, r, now) for r, run in current]
+        storing = [_storing(conn, run, r, now, options.apart) for r, run in current]
+        owed = []
         for (r, _), updated in zip(current, store_points_of_runs(conn, storing)):
             read = r.read
             outcome.changed += 1
             outcome.points += len(read.points)
             if len(read.points) or read.rollbacks or read.rewritten:
-                _reassess(conn, updated, options, now, outcome)
+                if options.apart:
+                    owed.append(updated)
+                else:
+                    _reassess(conn, updated, options, now, outcome)
+    _analyse_apart(store, owed, options, outcome)
 
 
-def _storing(conn, run: stored_runs.StoredRun, r: _Read, now: float) -> Storing:
+def _storing(conn, run: stored_runs.StoredRun, r: _Read, now: float, owed: bool) -> Storing:
     """A run's read made ready to store with the others of its batch: its new offsets saved,
-    and its stored points and files dropped first if it was read again from the start."""
+    and its stored points and files dropped first if it was read again from the start;
+    `owed`: its analysis comes in a later transaction, and the run says so until then."""
     read = r.read
     if read.rewritten:  # the run was read again from the start: its points are replaced
         stored_runs.delete_points(conn, run.id)
         stored_runs.delete_files(conn, run.id)
         run = replace(run, last_step=None, points=0, analyzed_points=None)
     stored_runs.save_files(conn, run.id, r.progress)
-    return Storing(run, read.points, read.segment, read.rollbacks, read.state, now)
+    return Storing(run, read.points, read.segment, read.rollbacks, read.state, now, dirty=owed)
 
 
 def _scan_text(store: Store, target: _Target, options: _Options, outcome: ScanOutcome) -> None:
@@ -430,7 +511,39 @@ def _reassess(conn, run: stored_runs.StoredRun, options: _Options, now: float, o
     """Re-analyse the run (as `store_points` left it, locked) in the caller's transaction; a
     reporter holds the changes until printed.  A failed analysis is a problem of that run:
     the scan goes on with the next."""
-    applied = analyze_locked(conn, run, options.config, options.webhooks, now)
+    _record(conn, run, analyze_locked(conn, run, options.config, options.webhooks, now), options, now, outcome)
+
+
+def _analyse_apart(store: Store, runs: list[stored_runs.StoredRun], options: _Options, outcome: ScanOutcome) -> None:
+    """Analyse stored runs in a read transaction (no write lock held: another process
+    stores meanwhile), then apply the analyses in one transaction under the runs' locks.
+    An analysis that another one overtook is dropped, and the run stays owed (see `apply`)."""
+    if not runs:
+        return
+    with store.read() as conn:
+        assessed = [(run, assess(conn, run, options.config)) for run in runs]
+    now = options.clock()
+    with store.write() as conn:
+        locked = {}
+        for source in sorted({run.source for run in runs}):
+            names = [run.name for run in runs if run.source == source]
+            locked |= {(source, name): run for name, run in stored_runs.lock_runs(conn, source, names, now).items()}
+        for run, assessment in assessed:
+            current = locked[run.source, run.name]
+            _record(conn, current, apply(conn, current, assessment, options.webhooks, now, options.config), options, now, outcome)
+
+
+def _analyse_owed(store: Store, sources: list[str], options: _Options, outcome: ScanOutcome) -> None:
+    """Analyse the runs of these sources whose analysis a stopped scan still owes."""
+    with store.read() as conn:
+        owed = stored_runs.owed_runs(conn, sources)
+    for first in range(0, len(owed), BATCH_RUNS):
+        _analyse_apart(store, owed[first : first + BATCH_RUNS], options, outcome)
+
+
+def _record(conn, run: stored_runs.StoredRun, applied: Applied, options: _Options, now: float, outcome: ScanOutcome) -> None:
+    """What an applied analysis changed, into the outcome (held until printed with a
+    reporter); a failed analysis is a problem of that run."""
     if options.reporter is not None:
         reports.hold(conn, [e.id for e in applied.changes], options.reporter.claim, now + REPORT_LEASE)
     outcome.events += applied.changes

@@ -4,7 +4,8 @@ after +1,000 steps and its peak RSS against the run's length T (8 tags), and a c
 (+100 steps each); the old path (every stored point decompressed and the whole run
 re-analysed: `load_writes` + `assess_writes`) beside the streaming one (`app.incremental`:
 the saved state and the new writes only), in the same run, on SQLite.  The streaming
-tick is a real `app.scan.scan` of a logdir holding each run's new steps as an event file.
+tick is a real `app.scan.scan` of a logdir holding each run's new steps as an event file,
+in one process and in `--jobs` processes (`losswatch scan --jobs`).
 
     .venv/bin/python bench/scale.py                 # T = 10k, 100k, 300k; 1,000 runs
     .venv/bin/python bench/scale.py --big           # T up to 10M (several minutes per size)
@@ -214,8 +215,9 @@ def write_new_steps(logdir: Path, names: list[str], new: list[Points]) -> None:
             f.write(b"".join(records))
 
 
-def cron_table(runs: int, steps: int, work: Path) -> None:
-    print(f"\nCron tick: {runs:,} runs x 4 tags x {steps:,} steps, +100 steps each, SQLite, one process")
+def cron_table(runs: int, steps: int, work: Path, jobs: int) -> None:
+    print(f"\nCron tick: {runs:,} runs x 4 tags x {steps:,} steps, +100 steps each, SQLite "
+          f"(CPU: all the scan's processes)")
     logdir = work / "logs"
     source = os.path.realpath(logdir)
     store = open_store(f"sqlite:///{work}/cron.db")
@@ -227,6 +229,7 @@ def cron_table(runs: int, steps: int, work: Path) -> None:
     scan(store, [str(logdir)])
     store.close()
     shutil.copy(f"{work}/cron.db", f"{work}/cron-old.db")
+    shutil.copy(f"{work}/cron.db", f"{work}/cron-jobs.db")
     new = [points(steps, 100, TAGS4, i, wall) for i in range(runs)]
     print("writing the new steps' event files", file=sys.stderr, flush=True)
     write_new_steps(logdir, names, new)
@@ -244,12 +247,28 @@ def cron_table(runs: int, steps: int, work: Path) -> None:
     outcome = scan(store, [str(logdir)])
     times["scan"] = (time.perf_counter() - start, time.process_time() - cpu)
     store.close()
+    check(outcome, runs)
+    print(f"tick, losswatch scan --jobs {jobs}", file=sys.stderr, flush=True)
+    store = open_store(f"sqlite:///{work}/cron-jobs.db")
+    start, cpu, children = time.perf_counter(), time.process_time(), children_cpu()
+    outcome = scan(store, [str(logdir)], jobs=jobs)
+    times[f"scan --jobs {jobs}"] = (time.perf_counter() - start, time.process_time() - cpu + children_cpu() - children)
+    store.close()
+    check(outcome, runs)
+    print(f"{'path':>14} {'tick s':>8} {'CPU s':>8} {'per run ms':>11} {'CPU per run ms':>15}")
+    for how, (wall_s, cpu) in times.items():
+        print(f"{how:>14} {wall_s:>8.2f} {cpu:>8.2f} {1000 * wall_s / runs:>11.1f} {1000 * cpu / runs:>15.1f}")
+
+
+def check(outcome, runs: int) -> None:
     if outcome.changed != runs or outcome.points != runs * 400 or outcome.problems:
         raise SystemExit(f"the scan stored {outcome.changed:,} runs and {outcome.points:,} points: {outcome.problems[:3]}")
-    print(f"{'path':>6} {'tick s':>8} {'CPU s':>8} {'per run ms':>11} {'CPU per run ms':>15}")
-    for how in ("old", "scan"):
-        wall_s, cpu = times[how]
-        print(f"{how:>6} {wall_s:>8.2f} {cpu:>8.2f} {1000 * wall_s / runs:>11.1f} {1000 * cpu / runs:>15.1f}")
+
+
+def children_cpu() -> float:
+    """CPU seconds of this process's children that have ended (a scan's other processes)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -258,6 +277,7 @@ def main() -> None:
     parser.add_argument("--sizes", help="comma-separated T values (overrides the defaults; empty: no rescan table)")
     parser.add_argument("--runs", type=int, default=1000, help="runs in the cron tick (0: skip it)")
     parser.add_argument("--steps", type=int, default=5000, help="steps of each run in the cron tick")
+    parser.add_argument("--jobs", type=int, default=2, help="processes of the cron tick's last scan (`scan --jobs`)")
     args = parser.parse_args()
     sizes = [10_000, 100_000, 300_000] + ([1_000_000, 3_000_000, 10_000_000] if args.big else [])
     if args.sizes is not None:
@@ -266,7 +286,7 @@ def main() -> None:
         if sizes:
             rescan_table(sizes, Path(tmp))
         if args.runs:
-            cron_table(args.runs, args.steps, Path(tmp))
+            cron_table(args.runs, args.steps, Path(tmp), args.jobs)
 
 
 if __name__ == "__main__":

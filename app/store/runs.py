@@ -526,6 +526,15 @@ def dirty_runs(conn: Connection, analysed_before: float) -> list[StoredRun]:
     return [_stored(row) for row in conn.execute(query.order_by(runs.c.dirty_since))]
 
 
+def owed_runs(conn: Connection, sources: Sequence[str]) -> list[StoredRun]:
+    """Runs of these sources whose stored points still wait for their analysis (a scan that
+    analyses apart from storing was stopped in between), in (source, name) order."""
+    if not sources:
+        return []
+    query = sa.select(runs).where(runs.c.dirty_since.is_not(None), runs.c.source.in_(list(sources)))
+    return [_stored(row) for row in conn.execute(query.order_by(runs.c.source, runs.c.name))]
+
+
 def quiet_runs(conn: Connection, seen_before: float, sources: list[str] | None = None) -> list[StoredRun]:
     """The runs whose `stale` alert may have to change: those not finished, seen last before
     `seen_before` and without an open stale alert about their last step (one that is open
