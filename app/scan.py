@@ -217,8 +217,13 @@ def _shares(targets: list[_Target], jobs: int) -> list[list[_Target]]:
         return [targets]
     shares: list[list[_Target]] = [[t for t in targets if t.text or t.remote is not None]] + [[] for _ in range(jobs - 1)]
     for t in local:
-        shares[zlib.crc32(f"{t.source}\0{t.name}".encode()) % jobs].append(t)
+        shares[share_of(t.source, t.name, jobs)].append(t)
     return shares
+
+
+def share_of(source: str, name: str, jobs: int) -> int:
+    """Which of `jobs` processes reads a local event-file run (the same in every scan)."""
+    return zlib.crc32(f"{source}\0{name}".encode()) % jobs
 
 
 def _stopped(shares: list[list[_Target]]) -> Callable[[int, BaseException], ScanOutcome]:

@@ -27,6 +27,7 @@ from analyzers.liveness import StaleConfig
 from app import scan as scanner
 from app.cli import main
 from app.scan import Reporter, printed, scan
+from app.store import schema
 from app.store.db import open_store
 from tests.eventfiles import record, scalar_event, write_events
 
@@ -224,10 +225,15 @@ def many_runs(tmp_path, runs: int = 12, steps: int = 1500):
     return runs * steps
 
 
-def stored_points(url: str) -> int:
-    engine = sa.create_engine(url.replace("postgresql+psycopg", "postgresql+psycopg"))
+def stored_points(url: str, runs: list[str] | None = None) -> int:
+    """Points stored (of these runs only, when given)."""
+    query = sa.select(sa.func.coalesce(sa.func.sum(schema.chunks.c.count), 0)).select_from(
+        schema.chunks.join(schema.tags).join(schema.runs))
+    if runs is not None:
+        query = query.where(schema.runs.c.name.in_(runs))
+    engine = sa.create_engine(url)
     with engine.connect() as conn:
-        total = conn.execute(sa.text("SELECT coalesce(sum(count), 0) FROM chunks")).scalar()
+        total = conn.execute(query).scalar()
     engine.dispose()
     return int(total)
 

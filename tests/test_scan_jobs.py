@@ -5,9 +5,14 @@ analysed by the next scan, and a child process that dies costs only its own runs
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
+import sqlalchemy as sa
 from click.testing import CliRunner
 
 from app import scan as scanner
@@ -21,7 +26,7 @@ from app.store import runs as stored_runs
 from app.store.db import open_store
 from app.updates import store_points
 from tests.eventfiles import write_events
-from tests.test_scan import append, changes, loss_curve
+from tests.test_scan import append, changes, loss_curve, many_runs, stored_points
 
 RUNS = 10
 
@@ -144,3 +149,34 @@ def test_the_command_line_takes_jobs(tmp_path, few_runs_in_parallel):
     assert result.output.splitlines()[-1].endswith(f"in {RUNS} runs ({RUNS} with new data, {RUNS * 1200} new points)")
     bad = CliRunner().invoke(main, ["scan", str(tmp_path / "logs"), "--db", db, "--jobs", "0"])
     assert bad.exit_code == 2 and "'--jobs': 0 is not in the range x>=1" in bad.output
+
+
+def test_kill_9_of_a_shared_scan_loses_and_duplicates_nothing(tmp_path):
+    """The parent killed once its child has stored a batch: the child dies with it, and the
+    next scan (in one process) finishes the work, each NaN run firing exactly once."""
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    runs = 3 * scanner.PARALLEL_RUNS
+    total = many_runs(logdir, runs=runs, steps=400)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    open_store(url).close()
+    command = [sys.executable, "-m", "app.cli", "scan", str(logdir), "--db", url, "--format", "json", "--fail-on", "never"]
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    child = [f"run{r:02d}" for r in range(runs) if scanner.share_of(os.path.realpath(logdir), f"run{r:02d}", 2) == 1]
+    process = subprocess.Popen([*command, "--jobs", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    while process.poll() is None and not stored_points(url, child):
+        time.sleep(0.005)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    at_kill = stored_points(url)
+    time.sleep(1.0)
+    assert stored_points(url) == at_kill < total  # nothing went on behind the killed scan
+    subprocess.run(command, capture_output=True, env=env, check=True)
+    assert stored_points(url) == total
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        fired = conn.execute(sa.text("SELECT alert_id, count(*) FROM alert_events WHERE change = 'firing' GROUP BY alert_id")).all()
+        owed = conn.execute(sa.text("SELECT count(*) FROM runs WHERE dirty_since IS NOT NULL")).scalar()
+    engine.dispose()
+    assert len(fired) == len(range(0, runs, 3)) and all(count == 1 for _, count in fired)
+    assert owed == 0
