@@ -59,7 +59,7 @@ from app.updates import (
     Storing,
     analyze_locked,
     apply,
-    assess,
+    assess_runs,
     check_liveness,
     store_points,
     store_points_of_runs,
@@ -526,12 +526,12 @@ def _analyse_apart(store: Store, runs: list[stored_runs.StoredRun], options: _Op
     if not runs:
         return
     with store.read() as conn:
-        assessed = [(run, assess(conn, run, options.config)) for run in runs]
+        assessed = assess_runs(conn, runs, options.config)
     now = options.clock()
     with store.write() as conn:
         locked = {}
-        for source in sorted({run.source for run in runs}):
-            names = [run.name for run in runs if run.source == source]
+        for source in sorted({run.source for run, _ in assessed}):
+            names = [run.name for run, _ in assessed if run.source == source]
             locked |= {(source, name): run for name, run in stored_runs.lock_runs(conn, source, names, now).items()}
         for run, assessment in assessed:
             current = locked[run.source, run.name]

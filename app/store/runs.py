@@ -356,6 +356,11 @@ def runs_named(conn: Connection, source: str, names: list[str]) -> dict[str, Sto
     return {row.name: _stored(row) for row in conn.execute(query)}
 
 
+def runs_by_id(conn: Connection, ids: Sequence[int]) -> dict[int, StoredRun]:
+    """Id -> run, of these ids that are stored (one query)."""
+    return {row.id: _stored(row) for row in conn.execute(sa.select(runs).where(runs.c.id.in_(list(ids))))}
+
+
 def list_runs(conn: Connection) -> list[StoredRun]:
     return [_stored(row) for row in conn.execute(sa.select(runs).order_by(runs.c.source, runs.c.name))]
 
