@@ -22,6 +22,12 @@ up the scan of that file at most (see `app.ingest.files`), and never the store's
 
 The command line prints what a scan changed after its last commit; a scan killed before
 printing leaves its changes held (`app.store.reports`), and the next scan prints them first.
+
+With `jobs` > 1 the runs are shared among processes (`app.scan_jobs`), and each analyses a
+batch in a read transaction after the one that stored it, applying the analyses in a third:
+on SQLite's one write lock, a process analyses while another stores.  A run stored but not
+yet analysed says so (`dirty_since`), and every scan ends by analysing such runs of its
+paths: a scan stopped in between leaves their analysis to the next.
 """
 
 from __future__ import annotations
@@ -158,11 +164,8 @@ def scan(
     (None: no limit), and Alertmanager receivers are told again of what still fires.
 
     `jobs` > 1 shares the runs to read among that many processes (this one and children,
-    each with its own connection; `app.scan_jobs`) once at least PARALLEL_RUNS event-file
-    runs changed.  Each then analyses a batch outside the transaction that stored it, so
-    one process's analysis runs while another stores: a run's points and offsets commit
-    together, and its analysis in the next transaction.  A run whose analysis a stopped
-    scan still owes is analysed by the next scan of its path.
+    each with its own connection) once at least PARALLEL_RUNS event-file runs changed:
+    see the module.
     """
     options = _Options(config, webhooks, clock, roots, timeout, reporter)
     outcome = ScanOutcome()
