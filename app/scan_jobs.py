@@ -2,7 +2,9 @@
 this process, each other one in a child process of its own, started fresh ("spawn": no
 connection or thread of this process is inherited) with its own connection to the store.
 Analysis is CPU work in Python: on N cores, N processes analyse N runs at once, where
-threads would take turns on one interpreter lock.
+threads would take turns on one interpreter lock.  A child imports the main module of the
+program again, so a script calling `scan(jobs=...)` does so under `if __name__ ==
+"__main__":` (the `losswatch` command does).
 
 A child that dies (killed, out of memory) costs only the runs of its share it had not
 committed: the scan says so, and the next scan reads them from their stored offsets.  An
