@@ -52,6 +52,22 @@ def logdir_of_runs(root, steps: int, first: int = 0) -> None:
         append(events, v[first:steps], first)
 
 
+def test_a_loss_log_beside_the_shared_runs_is_scanned_once(tmp_path, few_runs_in_parallel):
+    """JSON/CSV logs stay in this process's share; the event-file runs are shared."""
+    logs = tmp_path / "logs"
+    logdir_of_runs(logs, 1200)
+    (logs / "csvrun").mkdir()
+    (logs / "csvrun" / "metrics.csv").write_text("step,train_loss\n" + "".join(f"{i},{2.5 - i / 1000}\n" for i in range(600)))
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    store = open_store(url)
+    outcome = scan(store, [str(logs)], jobs=2)
+    again = scan(store, [str(logs)], jobs=2)
+    store.close()
+    assert (outcome.runs, outcome.changed, outcome.points, outcome.problems) == (RUNS + 1, RUNS + 1, RUNS * 1200 + 600, [])
+    assert (again.changed, again.points) == (0, 0)
+    assert stored(url)["csvrun"][:2] == (600, 599)
+
+
 def stored(url: str) -> dict[str, tuple]:
     """Per run: its points, last step and points analysed, and its alerts as (kind, tag,
     start, state, severity, class)."""
