@@ -100,7 +100,7 @@ def new_writes(
     """The writes stored since `positions`, per tag in write order, and the positions after
     them (one query: each tag's chunks from its last one fed on, every chunk of a tag not
     fed yet).  A tag's last chunk may have grown since (small appends go into it): only its
-    writes past those fed are new."""
+    writes past those fed are new, and only the parts holding them are decoded."""
     params = {"run_id": run_id}
     for i, (name, (chunk_id, _)) in enumerate(positions.items()):
         params |= {f"tag_{i}": name, f"since_{i}": chunk_id}
@@ -110,8 +110,8 @@ def new_writes(
         chunk_id, fed = positions.get(name, (0, 0))
         skip = fed if cid == chunk_id else 0
         if count > skip:
-            step, segment, value = chunks.unpack_series(data, count)
-            pieces.setdefault(name, []).append((step[skip:], value[skip:], segment[skip:]))
+            step, segment, value = chunks.unpack_series(data, count, skip)
+            pieces.setdefault(name, []).append((step, value, segment))
         after[name] = (cid, count)
     return {name: _joined(parts) for name, parts in pieces.items()}, after
 
