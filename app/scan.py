@@ -312,14 +312,14 @@ def _scan_runs(store: Store, targets: list[_Target], options: _Options, outcome:
     if not targets:
         return
     with store.read() as conn:
-        stored = {source: stored_runs.runs_named(conn, source, [t.name for t in targets if t.source == source])
+        stored = {source: stored_runs.run_states(conn, source, [t.name for t in targets if t.source == source])
                   for source in {t.source for t in targets}}
-        files = stored_runs.files_of_runs(conn, [run.id for named in stored.values() for run in named.values()])
+        files = stored_runs.files_of_runs(conn, [run_id for named in stored.values() for run_id, _ in named.values()])
     reads: list[_Read] = []
     points = 0
     for target in targets:
         before = stored[target.source].get(target.name)
-        read = _read_new(target, before, files.get(before.id, {}) if before else {}, options, outcome)
+        read = _read_new(target, before[1] if before else None, files.get(before[0], {}) if before else {}, options, outcome)
         counted.one()
         if read is None:
             continue
@@ -331,11 +331,12 @@ def _scan_runs(store: Store, targets: list[_Target], options: _Options, outcome:
     _store_reads(store, reads, options, outcome)
 
 
-def _read_new(target: _Target, before: stored_runs.StoredRun | None, files: dict[str, StoredFile], options: _Options,
+def _read_new(target: _Target, state: RunState | None, files: dict[str, StoredFile], options: _Options,
               outcome: ScanOutcome) -> _Read | None:
-    """A run's files read from their stored offsets; None when nothing moved."""
+    """A run's files read from their stored offsets (`state`: the stored run's reading state,
+    None for a new run); None when nothing moved."""
     read = read_run(
-        target.name, target.files, {p: f.offset for p, f in files.items()}, before.state if before else None,
+        target.name, target.files, {p: f.offset for p, f in files.items()}, state,
         heads={p: f.head for p, f in files.items()}, roots=options.roots, timeout=options.timeout,
         reader=target.remote.read_events if target.remote is not None else None,
     )
