@@ -61,10 +61,12 @@ def extend_blocks(blocks: np.ndarray, step: np.ndarray, wall: np.ndarray, value:
     writes alone: a last block short of BLOCK is merged with the first writes that fill it."""
     filled = int(blocks[-1]["count"]) % BLOCK
     added = block_summaries(step, wall, value, filled)
-    if not filled:
-        return np.concatenate([blocks, added])
-    added[0] = _merged(blocks[-1].tolist(), added[0].tolist())
-    return np.concatenate([blocks[:-1], added])
+    if filled:
+        added[0] = _merged(blocks[-1].tolist(), added[0].tolist())
+    kept = len(blocks) - bool(filled)
+    out = np.empty(kept + len(added), BLOCK_DTYPE)  # not np.concatenate: it works out the fields' types again
+    out[:kept], out[kept:] = blocks[:kept], added
+    return out
 
 
 _AT = {name: i for i, name in enumerate(BLOCK_DTYPE.names)}
