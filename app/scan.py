@@ -51,7 +51,16 @@ from app.store import reports
 from app.store import runs as stored_runs
 from app.store.db import Store
 from app.store.runs import StoredFile
-from app.updates import Reported, Storing, analyze_locked, check_liveness, store_points, store_points_of_runs
+from app.updates import (
+    BatchReads,
+    Reported,
+    Storing,
+    analyze_locked,
+    batch_reads,
+    check_liveness,
+    store_points,
+    store_points_of_runs,
+)
 
 REPORT_LEASE = 15 * 60.0  # a scan on another host that holds changes this long without a commit is taken for dead
 DELIVERY_BUDGET = 10.0  # seconds a scan may spend delivering, after its own work
@@ -367,12 +376,14 @@ def _store_reads(store: Store, reads: list[_Read], options: _Options, outcome: S
         current = [(r, locked[r.target.source, r.target.name]) for r in reads]
         current = [(r, run) for r, run in current if files.get(run.id, {}) == r.files]
         storing = [_storing(conn, run, r, now) for r, run in current]
-        for (r, _), updated in zip(current, store_points_of_runs(conn, storing)):
-            read = r.read
+        stored = list(zip((r.read for r, _ in current), store_points_of_runs(conn, storing)))
+        analysed = [run for read, run in stored if len(read.points) or read.rollbacks or read.rewritten]
+        batch = batch_reads(conn, [run.id for run in analysed]) if analysed else None
+        for read, _ in stored:
             outcome.changed += 1
             outcome.points += len(read.points)
-            if len(read.points) or read.rollbacks or read.rewritten:
-                _reassess(conn, updated, options, now, outcome)
+        for run in analysed:
+            _reassess(conn, run, options, now, outcome, batch)
 
 
 def _storing(conn, run: stored_runs.StoredRun, r: _Read, now: float) -> Storing:
@@ -427,11 +438,13 @@ def _holder(options: _Options) -> Callable[[object, list[Reported]], None] | Non
     return lambda conn, changes: reports.hold(conn, [e.id for e in changes], reporter.claim, options.clock() + REPORT_LEASE)
 
 
-def _reassess(conn, run: stored_runs.StoredRun, options: _Options, now: float, outcome: ScanOutcome) -> None:
+def _reassess(conn, run: stored_runs.StoredRun, options: _Options, now: float, outcome: ScanOutcome,
+              batch: BatchReads | None = None) -> None:
     """Re-analyse the run (as `store_points` left it, locked) in the caller's transaction; a
     reporter holds the changes until printed.  A failed analysis is a problem of that run:
-    the scan goes on with the next."""
-    applied = analyze_locked(conn, run, options.config, options.webhooks, now)
+    the scan goes on with the next.  `batch`: what its analysis reads, read with the other
+    runs of its batch."""
+    applied = analyze_locked(conn, run, options.config, options.webhooks, now, batch)
     if options.reporter is not None:
         reports.hold(conn, [e.id for e in applied.changes], options.reporter.claim, now + REPORT_LEASE)
     outcome.events += applied.changes
