@@ -176,12 +176,12 @@ class _LastChunk:
     with the chunk's summary columns (None: it has no summary row)."""
 
     tag_id: int
-    chunk_id: int | None = None
-    count: int | None = None
-    first_step: int | None = None
-    last_step: int | None = None
-    data: bytes | None = None
-    summary: dict | None = None
+    chunk_id: int | None
+    count: int | None
+    first_step: int | None
+    last_step: int | None
+    data: bytes | None
+    summary: dict | None
 
 
 def _last_chunks(conn: Connection, run_ids: list[int], names: list[str]) -> dict[tuple[int, str], _LastChunk]:
