@@ -173,9 +173,19 @@ def start_run() -> RunState:
     return RunState()
 
 
+_CONFIG_KEYS: dict[int, tuple[AnalysisConfig, str]] = {}  # id -> the settings (kept, so the id stays theirs), key
+
+
 def config_key(config: AnalysisConfig) -> str:
-    """Which settings a state was fed with: a state fed with others must start again."""
-    return hashlib.sha256(repr(config).encode()).hexdigest()[:16]
+    """Which settings a state was fed with: a state fed with others must start again.
+    Worked out once per settings object (every analysis asks twice, and the repr of every
+    setting costs more than loading a small state)."""
+    known = _CONFIG_KEYS.get(id(config))
+    if known is None or known[0] is not config:
+        if len(_CONFIG_KEYS) >= 64:  # settings made per run (overrides): the cache stays small
+            _CONFIG_KEYS.clear()
+        known = _CONFIG_KEYS[id(config)] = (config, hashlib.sha256(repr(config).encode()).hexdigest()[:16])
+    return known[1]
 
 
 # -- detectors per role -----------------------------------------------------------------
@@ -880,16 +890,26 @@ class _Packer:
 
     def __call__(self, a: np.ndarray) -> dict:
         differences = a.dtype.kind in "iu" and len(a) > 1
-        raw = zlib.compress(np.diff(a, prepend=a.dtype.type(0)).tobytes(), 1) if differences else np.ascontiguousarray(a).tobytes()
+        raw = zlib.compress(_differences(a).tobytes(), 1) if differences else np.ascontiguousarray(a).tobytes()
         self.parts.append(raw)
         self.size += len(raw)
         return {"dtype": a.dtype.str, "at": self.size - len(raw), "n": len(raw), **({"d": 1} if differences else {})}
 
 
+def _differences(a: np.ndarray) -> np.ndarray:
+    """`np.diff(a, prepend=0)` without its general machinery (a state holds some fifty
+    arrays, packed on every save)."""
+    out = np.empty_like(a)
+    out[0] = a[0]
+    np.subtract(a[1:], a[:-1], out=out[1:])
+    return out
+
+
 def _unarray(d: dict, arrays: memoryview) -> np.ndarray:
     raw = arrays[d["at"] : d["at"] + d["n"]]
     if d.get("d"):
-        return np.cumsum(np.frombuffer(zlib.decompress(raw), dtype=np.dtype(d["dtype"])), dtype=np.dtype(d["dtype"]))
+        dtype = np.dtype(d["dtype"])
+        return np.frombuffer(zlib.decompress(raw), dtype=dtype).cumsum(dtype=dtype)
     return np.frombuffer(raw, dtype=np.dtype(d["dtype"])).copy()
 
 

@@ -6,6 +6,7 @@ reached them (from the start only when none is old enough)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from sqlalchemy.engine import Connection
@@ -54,12 +55,14 @@ class Advanced:
     advance: Advance
 
 
-def advance(conn: Connection, run: StoredRun, config: AnalysisConfig) -> Advanced:
+def advance(conn: Connection, run: StoredRun, config: AnalysisConfig,
+            states: Mapping[int, streams.SavedState] | None = None) -> Advanced:
     """Feed the run's new writes to its saved state.  Raises AnalysisFailed, never anything
     else, when the detectors fail on them.  The run is analysed with its own settings:
-    `config`'s `[[override]]` tables that match it applied."""
+    `config`'s `[[override]]` tables that match it applied.  `states`: the saved states of
+    a batch of runs this one is in, read at once (`streams.load_states`; None: read its own)."""
     config = config.for_run(run.source, run.name)
-    saved = streams.load_state(conn, run.id)
+    saved = streams.load_state(conn, run.id) if states is None else states.get(run.id)
     resumes = stored_runs.load_resumes(conn, run.id) if run.state.segments.segment else ()  # segment 0: never rolled back
     try:
         state = _saved(saved)

@@ -61,11 +61,13 @@ from app.store.db import Store
 from app.store.runs import StoredFile
 from app.updates import (
     Applied,
+    BatchReads,
     Reported,
     Storing,
     analyze_locked,
     apply,
     assess_runs,
+    batch_reads,
     check_liveness,
     store_points,
     store_points_of_runs,
@@ -395,14 +397,14 @@ def _scan_runs(store: Store, targets: list[_Target], options: _Options, outcome:
     if not targets:
         return
     with store.read() as conn:
-        stored = {source: stored_runs.runs_named(conn, source, [t.name for t in targets if t.source == source])
+        stored = {source: stored_runs.run_states(conn, source, [t.name for t in targets if t.source == source])
                   for source in {t.source for t in targets}}
-        files = stored_runs.files_of_runs(conn, [run.id for named in stored.values() for run in named.values()])
+        files = stored_runs.files_of_runs(conn, [run_id for named in stored.values() for run_id, _ in named.values()])
     reads: list[_Read] = []
     points = 0
     for target in targets:
         before = stored[target.source].get(target.name)
-        read = _read_new(target, before, files.get(before.id, {}) if before else {}, options, outcome)
+        read = _read_new(target, before[1] if before else None, files.get(before[0], {}) if before else {}, options, outcome)
         counted.one()
         if read is None:
             continue
@@ -414,11 +416,12 @@ def _scan_runs(store: Store, targets: list[_Target], options: _Options, outcome:
     _store_reads(store, reads, options, outcome)
 
 
-def _read_new(target: _Target, before: stored_runs.StoredRun | None, files: dict[str, StoredFile], options: _Options,
+def _read_new(target: _Target, state: RunState | None, files: dict[str, StoredFile], options: _Options,
               outcome: ScanOutcome) -> _Read | None:
-    """A run's files read from their stored offsets; None when nothing moved."""
+    """A run's files read from their stored offsets (`state`: the stored run's reading state,
+    None for a new run); None when nothing moved."""
     read = read_run(
-        target.name, target.files, {p: f.offset for p, f in files.items()}, before.state if before else None,
+        target.name, target.files, {p: f.offset for p, f in files.items()}, state,
         heads={p: f.head for p, f in files.items()}, roots=options.roots, timeout=options.timeout,
         reader=target.remote.read_events if target.remote is not None else None,
     )
@@ -449,17 +452,17 @@ def _store_reads(store: Store, reads: list[_Read], options: _Options, outcome: S
         current = [(r, locked[r.target.source, r.target.name]) for r in reads]
         current = [(r, run) for r, run in current if files.get(run.id, {}) == r.files]
         storing = [_storing(conn, run, r, now, options.apart) for r, run in current]
-        owed = []
-        for (r, _), updated in zip(current, store_points_of_runs(conn, storing)):
-            read = r.read
+        stored = list(zip((r.read for r, _ in current), store_points_of_runs(conn, storing)))
+        analysed = [run for read, run in stored if len(read.points) or read.rollbacks or read.rewritten]
+        for read, _ in stored:
             outcome.changed += 1
             outcome.points += len(read.points)
-            if len(read.points) or read.rollbacks or read.rewritten:
-                if options.apart:
-                    owed.append(updated)
-                else:
-                    _reassess(conn, updated, options, now, outcome)
-    _analyse_apart(store, owed, options, outcome)
+        if not options.apart:
+            batch = batch_reads(conn, [run.id for run in analysed]) if analysed else None
+            for run in analysed:
+                _reassess(conn, run, options, now, outcome, batch)
+    if options.apart:
+        _analyse_apart(store, analysed, options, outcome)
 
 
 def _storing(conn, run: stored_runs.StoredRun, r: _Read, now: float, owed: bool) -> Storing:
@@ -515,11 +518,13 @@ def _holder(options: _Options) -> Callable[[object, list[Reported]], None] | Non
     return lambda conn, changes: reports.hold(conn, [e.id for e in changes], reporter.claim, options.clock() + REPORT_LEASE)
 
 
-def _reassess(conn, run: stored_runs.StoredRun, options: _Options, now: float, outcome: ScanOutcome) -> None:
+def _reassess(conn, run: stored_runs.StoredRun, options: _Options, now: float, outcome: ScanOutcome,
+              batch: BatchReads | None = None) -> None:
     """Re-analyse the run (as `store_points` left it, locked) in the caller's transaction; a
     reporter holds the changes until printed.  A failed analysis is a problem of that run:
-    the scan goes on with the next."""
-    _record(conn, run, analyze_locked(conn, run, options.config, options.webhooks, now), options, now, outcome)
+    the scan goes on with the next.  `batch`: what its analysis reads, read with the other
+    runs of its batch."""
+    _record(conn, run, analyze_locked(conn, run, options.config, options.webhooks, now, batch), options, now, outcome)
 
 
 def _analyse_apart(store: Store, runs: list[stored_runs.StoredRun], options: _Options, outcome: ScanOutcome) -> None:
@@ -536,9 +541,11 @@ def _analyse_apart(store: Store, runs: list[stored_runs.StoredRun], options: _Op
         for source in sorted({run.source for run, _ in assessed}):
             names = [run.name for run, _ in assessed if run.source == source]
             locked |= {(source, name): run for name, run in stored_runs.lock_runs(conn, source, names, now).items()}
+        alerts = stored_alerts.load_alerts_of_runs(conn, [run.id for run, _ in assessed])
         for run, assessment in assessed:
             current = locked[run.source, run.name]
-            _record(conn, current, apply(conn, current, assessment, options.webhooks, now, options.config), options, now, outcome)
+            applied = apply(conn, current, assessment, options.webhooks, now, options.config, alerts[run.id])
+            _record(conn, current, applied, options, now, outcome)
 
 
 def _analyse_owed(store: Store, sources: list[str], options: _Options, outcome: ScanOutcome) -> None:

@@ -19,8 +19,20 @@ def load_alerts(conn: Connection, run_id: int) -> dict[str, AlertRecord]:
     return {row.id: _record(row) for row in conn.execute(_LOAD_ALERTS, {"run_id": run_id})}
 
 
-# Built once: every analysed append runs it.
+def load_alerts_of_runs(conn: Connection, run_ids: list[int]) -> dict[int, dict[str, AlertRecord]]:
+    """`load_alerts` of several runs in one query (a scan's batch): every run id is a key."""
+    out: dict[int, dict[str, AlertRecord]] = {run_id: {} for run_id in run_ids}
+    for row in conn.execute(_LOAD_ALERTS_OF_RUNS, {"run_ids": run_ids}):
+        out[row.run_id][row.id] = _record(row)
+    return out
+
+
+# Built once: every analysed append runs one.
 _LOAD_ALERTS = sa.select(alerts, runs.c.name).join(runs, runs.c.id == alerts.c.run_id).where(alerts.c.run_id == sa.bindparam("run_id"))
+_LOAD_ALERTS_OF_RUNS = (
+    sa.select(alerts, runs.c.name).join(runs, runs.c.id == alerts.c.run_id)
+    .where(alerts.c.run_id.in_(sa.bindparam("run_ids", expanding=True)))
+)
 
 
 def open_of_kind(conn: Connection, kind: str, run_ids: list[int] | None = None) -> dict[int, dict[str, AlertRecord]]:

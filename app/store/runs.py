@@ -19,7 +19,7 @@ from app.ingest.restarts import Rollback, SegmentState
 from app.store import chunks, streams
 from app.store.schema import alerts, chunk_summaries, files, rollbacks, runs, tags
 from app.store.schema import chunks as chunk_table
-from app.store.summaries import summary_columns
+from app.store.summaries import grown_columns, summary_columns
 
 
 @dataclass(frozen=True)
@@ -156,8 +156,7 @@ def append_points_of_runs(conn: Connection, appends: Sequence[tuple[int, Points,
             columns = (points.step[part], segment[part], points.wall_time[part], points.value[part])
             last = lasts.get(key)
             if len(part) < SMALL_CHUNK and last is not None and last.chunk_id is not None:
-                merged = [np.concatenate([old, new]) for old, new in zip(chunks.unpack(last.data, last.count), columns)]
-                row, summary = _chunk_row(ids[key], *merged)
+                row, summary = _grown_rows(last, columns)
                 grown.append(({"chunk_id": last.chunk_id, **row}, {"summarised": last.chunk_id, **summary}))
                 continue
             for i in range(0, len(part), CHUNK_POINTS):
@@ -173,27 +172,43 @@ def append_points_of_runs(conn: Connection, appends: Sequence[tuple[int, Points,
 
 @dataclass(frozen=True)
 class _LastChunk:
-    """A stored tag and its last chunk when that is small enough to grow (else chunk_id None)."""
+    """A stored tag and its last chunk when that is small enough to grow (else chunk_id None),
+    with the chunk's summary columns (None: it has no summary row)."""
 
     tag_id: int
     chunk_id: int | None
     count: int | None
+    first_step: int | None
+    last_step: int | None
     data: bytes | None
+    summary: dict | None
 
 
 def _last_chunks(conn: Connection, run_ids: list[int], names: list[str]) -> dict[tuple[int, str], _LastChunk]:
     """(run id, tag) -> the tag, with its last chunk if small, of these runs' tags of these
     names that are stored (one query; some pairs may not have been asked for)."""
-    rows = conn.execute(_LAST_CHUNKS, {"run_ids": run_ids, "names": names})
-    return {(run_id, name): _LastChunk(tag_id, chunk_id, count, data) for run_id, name, tag_id, chunk_id, count, data in rows}
+    out = {}
+    for run_id, name, tag_id, chunk_id, count, first, last, data, ordered, low, bad, blocks in conn.execute(
+        _LAST_CHUNKS, {"run_ids": run_ids, "names": names}
+    ):
+        summary = None if blocks is None else {"ordered": ordered, "min_segment": low, "nonfinite": bad, "blocks": blocks}
+        out[run_id, name] = _LastChunk(tag_id, chunk_id, count, first, last, data, summary)
+    return out
 
 
 def _last_chunks_query() -> sa.Select:
     same_tag = chunk_table.alias("same_tag")
     newest = sa.select(sa.func.max(same_tag.c.id)).where(same_tag.c.tag_id == tags.c.id).correlate(tags).scalar_subquery()
     return (
-        sa.select(tags.c.run_id, tags.c.name, tags.c.id, chunk_table.c.id, chunk_table.c.count, chunk_table.c.data)
-        .select_from(tags.outerjoin(chunk_table, sa.and_(chunk_table.c.id == newest, chunk_table.c.count < SMALL_CHUNK)))
+        sa.select(
+            tags.c.run_id, tags.c.name, tags.c.id, chunk_table.c.id, chunk_table.c.count, chunk_table.c.first_step,
+            chunk_table.c.last_step, chunk_table.c.data, chunk_summaries.c.ordered, chunk_summaries.c.min_segment,
+            chunk_summaries.c.nonfinite, chunk_summaries.c.blocks,
+        )
+        .select_from(
+            tags.outerjoin(chunk_table, sa.and_(chunk_table.c.id == newest, chunk_table.c.count < SMALL_CHUNK))
+            .outerjoin(chunk_summaries, chunk_summaries.c.chunk_id == chunk_table.c.id)
+        )
         .where(tags.c.run_id.in_(sa.bindparam("run_ids", expanding=True)), tags.c.name.in_(sa.bindparam("names", expanding=True)))
     )
 
@@ -211,6 +226,26 @@ def _add_tags(conn: Connection, keys: list[tuple[int, str]]) -> dict[tuple[int, 
     added = conn.execute(tags.insert().returning(tags.c.run_id, tags.c.name, tags.c.id),
                          [{"run_id": run_id, "name": name} for run_id, name in keys])
     return {(run_id, name): tag_id for run_id, name, tag_id in added}
+
+
+def _grown_rows(last: _LastChunk, columns: tuple[np.ndarray, ...]) -> tuple[dict, dict]:
+    """The rows of a tag's last chunk and its summary once these writes are added: the new
+    writes packed as a part of their own after the chunk's bytes, and its summary extended
+    by theirs (`app.store.chunks.append`); the chunk packed whole again when it cannot take
+    a part or has no summary to extend."""
+    data = chunks.append(last.data, *columns)
+    if data is None or last.summary is None:
+        merged = [np.concatenate([old, new]) for old, new in zip(chunks.unpack(last.data, last.count), columns)]
+        return _chunk_row(last.tag_id, *merged)
+    step = columns[0]
+    row = {
+        "tag_id": last.tag_id,
+        "count": last.count + len(step),
+        "first_step": min(int(last.first_step), int(step.min())),
+        "last_step": max(int(last.last_step), int(step.max())),
+        "data": data,
+    }
+    return row, grown_columns(last.summary, *columns)
 
 
 def _chunk_row(tag_id: int, step: np.ndarray, segment: np.ndarray, wall_time: np.ndarray, value: np.ndarray) -> tuple[dict, dict]:
@@ -350,10 +385,12 @@ def find_runs(conn: Connection, name: str, source: str | None = None) -> list[St
     return [_stored(row) for row in conn.execute(query.order_by(runs.c.source))]
 
 
-def runs_named(conn: Connection, source: str, names: list[str]) -> dict[str, StoredRun]:
-    """Name -> run, of these names under `source` that are stored (one query)."""
-    query = sa.select(runs).where(runs.c.source == source, runs.c.name.in_(names))
-    return {row.name: _stored(row) for row in conn.execute(query)}
+def run_states(conn: Connection, source: str, names: list[str]) -> dict[str, tuple[int, RunState]]:
+    """Name -> (run id, state of its files' reading), of these names under `source` that are
+    stored (one query of those columns: a scan needs no more of a run to read its files, and
+    decoding a whole row's JSON columns was a few percent of a cron tick)."""
+    query = sa.select(runs.c.name, runs.c.id, runs.c.state).where(runs.c.source == source, runs.c.name.in_(names))
+    return {name: (run_id, _state(state)) for name, run_id, state in conn.execute(query)}
 
 
 def runs_by_id(conn: Connection, ids: Sequence[int]) -> dict[int, StoredRun]:

@@ -42,22 +42,32 @@ def load_state(conn: Connection, run_id: int) -> SavedState | None:
     """The run's saved state and where its newest checkpoint stands, in one query (an
     analysed append runs it)."""
     row = conn.execute(_LOAD_STATE, {"run_id": run_id}).first()
-    if row is None:
-        return None
+    return None if row is None else _saved_state(row)
+
+
+def load_states(conn: Connection, run_ids: list[int]) -> dict[int, SavedState]:
+    """`load_state` of several runs in one query (a scan's batch); a run without a saved
+    state is absent."""
+    return {row.run_id: _saved_state(row) for row in conn.execute(_LOAD_STATES, {"run_ids": run_ids})}
+
+
+def _saved_state(row) -> SavedState:
     positions = {tag: (int(c), int(n)) for tag, (c, n) in row.positions.items()}
     return SavedState(row.data, positions, row.version, row.points, row.checkpoint or 0)
 
 
-def _load_state_query() -> sa.Select:
+def _load_state_query(runs: sa.ColumnElement[bool]) -> sa.Select:
     newest = (
         sa.select(sa.func.max(stream_checkpoints.c.points))
         .where(stream_checkpoints.c.run_id == stream_states.c.run_id)
         .scalar_subquery()
     )
-    return sa.select(stream_states, newest.label("checkpoint")).where(stream_states.c.run_id == sa.bindparam("run_id"))
+    return sa.select(stream_states, newest.label("checkpoint")).where(runs)
 
 
-_LOAD_STATE = _load_state_query()  # built once: every analysed append runs it
+# Built once: every analysed append runs one.
+_LOAD_STATE = _load_state_query(stream_states.c.run_id == sa.bindparam("run_id"))
+_LOAD_STATES = _load_state_query(stream_states.c.run_id.in_(sa.bindparam("run_ids", expanding=True)))
 
 
 def save_state(conn: Connection, run_id: int, data: bytes, positions: dict[str, tuple[int, int]], points: int,
@@ -100,7 +110,7 @@ def new_writes(
     """The writes stored since `positions`, per tag in write order, and the positions after
     them (one query: each tag's chunks from its last one fed on, every chunk of a tag not
     fed yet).  A tag's last chunk may have grown since (small appends go into it): only its
-    writes past those fed are new."""
+    writes past those fed are new, and only the parts holding them are decoded."""
     params = {"run_id": run_id}
     for i, (name, (chunk_id, _)) in enumerate(positions.items()):
         params |= {f"tag_{i}": name, f"since_{i}": chunk_id}
@@ -110,8 +120,8 @@ def new_writes(
         chunk_id, fed = positions.get(name, (0, 0))
         skip = fed if cid == chunk_id else 0
         if count > skip:
-            step, segment, value = chunks.unpack_series(data, count)
-            pieces.setdefault(name, []).append((step[skip:], value[skip:], segment[skip:]))
+            step, segment, value = chunks.unpack_series(data, count, skip)
+            pieces.setdefault(name, []).append((step, value, segment))
         after[name] = (cid, count)
     return {name: _joined(parts) for name, parts in pieces.items()}, after
 

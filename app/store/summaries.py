@@ -8,6 +8,7 @@ about 3% of its own size."""
 
 from __future__ import annotations
 
+import math
 import zlib
 
 import numpy as np
@@ -40,33 +41,92 @@ def summary_columns(step: np.ndarray, segment: np.ndarray, wall: np.ndarray, val
     }
 
 
-def block_summaries(step: np.ndarray, wall: np.ndarray, value: np.ndarray) -> np.ndarray:
-    """One BLOCK_DTYPE row per BLOCK writes (the last block may be shorter)."""
+def grown_columns(old: dict, step: np.ndarray, segment: np.ndarray, wall: np.ndarray, value: np.ndarray) -> dict:
+    """The summary columns of a chunk whose summary columns were `old` once these writes are
+    added after its own: what `summary_columns` gives of all its writes, worked out from its
+    summary (the chunk's own points stay packed, see `app.store.chunks.append`)."""
+    step, value = np.asarray(step, np.int64), np.asarray(value, np.float64)
+    blocks = unpack_blocks(old["blocks"])
+    ordered = old["ordered"] and bool(np.all(step[1:] > step[:-1])) and step[0] > blocks[-1]["last_step"]
+    return {
+        "ordered": int(bool(ordered)),
+        "min_segment": min(int(old["min_segment"]), int(np.min(segment))),
+        "nonfinite": int(old["nonfinite"]) + int(np.count_nonzero(~np.isfinite(value))),
+        "blocks": pack_blocks(extend_blocks(blocks, step, np.asarray(wall, np.float64), value)),
+    }
+
+
+def extend_blocks(blocks: np.ndarray, step: np.ndarray, wall: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """`block_summaries` of a chunk's writes and then these, from its `blocks` and these
+    writes alone: a last block short of BLOCK is merged with the first writes that fill it."""
+    filled = int(blocks[-1]["count"]) % BLOCK
+    added = block_summaries(step, wall, value, filled)
+    if filled:
+        added[0] = _merged(blocks[-1].tolist(), added[0].tolist())
+    kept = len(blocks) - bool(filled)
+    out = np.empty(kept + len(added), BLOCK_DTYPE)  # not np.concatenate: it works out the fields' types again
+    out[:kept], out[kept:] = blocks[:kept], added
+    return out
+
+
+_AT = {name: i for i, name in enumerate(BLOCK_DTYPE.names)}
+
+
+def _merged(a: tuple, b: tuple) -> tuple:
+    """The block of a's writes then b's (rows as tuples), as `block_summaries` gives it of
+    them together: of equal extremes the first written (a's), a block without finite values
+    takes its first point as min and max, one without non-finite values its first and last
+    points as the first and last of them."""
+    out = list(a)
+    taken = ["last"]
+    for name, beats in (("min", b[_AT["min_value"]] < a[_AT["min_value"]]), ("max", b[_AT["max_value"]] > a[_AT["max_value"]])):
+        if beats or (math.isnan(a[_AT[f"{name}_value"]]) and not math.isnan(b[_AT[f"{name}_value"]])):
+            taken.append(name)
+    bad_a, bad_b = a[_AT["nonfinite"]], b[_AT["nonfinite"]]
+    if bad_a == 0 and bad_b > 0:
+        taken.append("nf")
+    if bad_b > 0 or bad_a == 0:
+        taken.append("nf_last")
+    for name in taken:
+        for field in ("step", "value", "wall"):
+            out[_AT[f"{name}_{field}"]] = b[_AT[f"{name}_{field}"]]
+    out[_AT["count"]] = a[_AT["count"]] + b[_AT["count"]]
+    out[_AT["nonfinite"]] = bad_a + bad_b
+    return tuple(out)
+
+
+def block_summaries(step: np.ndarray, wall: np.ndarray, value: np.ndarray, filled: int = 0) -> np.ndarray:
+    """One BLOCK_DTYPE row per BLOCK writes (the last block may be shorter).  `filled`:
+    writes of the first block before these (a chunk's last block, summarised already, that
+    these writes are appended to): its row is of the BLOCK - filled writes that complete it."""
     n = len(step)
-    starts = np.arange(0, n, BLOCK)
+    starts = np.arange(-filled, n, BLOCK)  # where each block starts, the first one's writes before these included
+    firsts = np.maximum(starts, 0)
     ends = np.minimum(starts + BLOCK, n) - 1
     out = np.zeros(len(starts), BLOCK_DTYPE)
-    out["first_step"], out["first_value"], out["first_wall"] = step[starts], value[starts], wall[starts]
+    out["first_step"], out["first_value"], out["first_wall"] = step[firsts], value[firsts], wall[firsts]
     out["last_step"], out["last_value"], out["last_wall"] = step[ends], value[ends], wall[ends]
-    out["count"] = ends - starts + 1
+    out["count"] = ends - firsts + 1
     finite = np.isfinite(value)
     for name, ranked in (("min", np.where(finite, value, np.inf)), ("max", np.where(finite, -value, np.inf))):
-        at = starts + np.argmin(_blocked(ranked, np.inf), axis=1)  # the first of equals; +inf: no finite value
+        # the first of equals; all +inf (no finite value): the block's first write
+        at = np.maximum(starts + np.argmin(_blocked(ranked, np.inf, filled), axis=1), firsts)
         out[f"{name}_step"], out[f"{name}_value"], out[f"{name}_wall"] = step[at], np.where(finite[at], value[at], np.nan), wall[at]
-    bad = _blocked(~finite, False)
+    bad = _blocked(~finite, False, filled)
     out["nonfinite"] = bad.sum(axis=1)
     first_bad, last_bad = starts + np.argmax(bad, axis=1), starts + BLOCK - 1 - np.argmax(bad[:, ::-1], axis=1)
-    last_bad = np.minimum(last_bad, n - 1)  # a block without any: a real point, never read
+    first_bad = np.maximum(first_bad, firsts)  # a block without any: its first write, never read
+    last_bad = np.minimum(last_bad, n - 1)  # and its last
     out["nf_step"], out["nf_value"], out["nf_wall"] = step[first_bad], value[first_bad], wall[first_bad]
     out["nf_last_step"], out["nf_last_value"], out["nf_last_wall"] = step[last_bad], value[last_bad], wall[last_bad]
     return out
 
 
-def _blocked(a: np.ndarray, fill) -> np.ndarray:
-    """`a` as rows of BLOCK, the last padded with `fill`."""
-    rows = -(-len(a) // BLOCK)
+def _blocked(a: np.ndarray, fill, filled: int = 0) -> np.ndarray:
+    """`a` as rows of BLOCK after `filled` places of `fill`, the last row padded with `fill`."""
+    rows = -(-(len(a) + filled) // BLOCK)
     padded = np.full(rows * BLOCK, fill, a.dtype)
-    padded[: len(a)] = a
+    padded[filled : filled + len(a)] = a
     return padded.reshape(rows, BLOCK)
 
 
