@@ -107,9 +107,20 @@ def serving(url: str, workdir: Path, code: Path | None, workers: int, deferred: 
     server = Server(f"http://127.0.0.1:{port}", process, log)
     try:
         wait_healthy(server, timeout=120)
+        wait_for_workers(server, workers, timeout=120)
         yield server
     finally:
         stop(process)
+
+
+def wait_for_workers(server: Server, workers: int, timeout: float) -> None:
+    """Until every worker has started: /healthz answers once one has, and connections
+    opened before the others are up all go to it (a 2-worker row would measure one)."""
+    deadline = time.monotonic() + timeout
+    while server.log.read_bytes().count(b"Application startup complete") < workers:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{workers} workers did not all start within {timeout:.0f} s")
+        time.sleep(0.1)
 
 
 # --- the client ------------------------------------------------------------------------------
