@@ -8,6 +8,9 @@ out"), old code beside new in the same run:
 * group commit in process: 32 runs posted to in turn, 10 points a post, `size` posts
   written per transaction (`app.service.ingest.ingest_json_group`; the old code: one each),
   without HTTP: wall, CPU and PostgreSQL's CPU (all its processes, from /proc) per post;
+* the app's CPU per small append: its ASGI callable (every middleware, the route, the
+  answer) driven in process by one 10-point post after another, the group writer stubbed to
+  answer at once: what the HTTP stack costs a worker on top of uvicorn and the writing;
 * small appends vs workers: 32 clients (one asyncio process, raw HTTP/1.1 over kept-alive
   connections: the client costs little CPU), each a training loop posting 10 points to its
   own run.  Paced at 200 requests/s in total for the latency (p50/p99, from when each request
@@ -317,6 +320,56 @@ def group_costs(code: Path | None, size: int, rounds: int) -> list[float]:
         return json.loads(out.stdout)
 
 
+APP_SNIPPET = textwrap.dedent("""
+    import asyncio, json, logging, logging.config, sys, time
+    from app.service.app import create_app
+    from app.service.logs import log_config
+    from app.service.ingest import IngestResult
+    from app.service.settings import Settings
+    posts = int(sys.argv[2])
+    body = json.dumps({"points": [{"step": s, "tag": t, "value": 2.0} for s in range(5) for t in ("train/loss", "train/grad_norm")]}).encode()
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/v1/runs/loop-0/points", "raw_path": b"/v1/runs/loop-0/points", "query_string": b"", "root_path": "",
+             "server": ("127.0.0.1", 8000), "client": ("127.0.0.1", 5000),
+             "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
+    class Answered:  # the group writer, answering at once
+        async def post(self, posted):
+            return IngestResult(accepted=10, analysis="deferred")
+        def close(self):
+            pass
+    async def post(app):
+        async def receive():
+            return {"type": "http.request", "body": body, "more_body": False}
+        async def send(message):
+            pass
+        await app(dict(scope, state={}), receive, send)
+    async def main():
+        app = create_app(Settings(db_url=sys.argv[1], background=False, auth="open"))
+        logging.config.dictConfig(log_config())  # as `serve` logs: each request's line formatted, here not shown
+        logging.getLogger("losswatch").handlers[0].setStream(open("/dev/null", "w"))
+        async with app.router.lifespan_context(app):
+            app.state.appends = Answered()
+            for _ in range(500):
+                await post(app)
+            cpu = time.process_time()
+            for _ in range(posts):
+                await post(app)
+            print(json.dumps((time.process_time() - cpu) / posts))
+    asyncio.run(main())
+""")
+
+
+def app_cost(code: Path | None, posts: int) -> float:
+    """CPU seconds the app (`create_app`) of the code at `code` spends per small append, the
+    group writer stubbed (no database work), in a process of its own."""
+    code = code or Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory(prefix="append-bench-app-") as tmp:
+        env = {**os.environ, "PYTHONPATH": str(code)}
+        out = subprocess.run([sys.executable, "-c", APP_SNIPPET, f"sqlite:///{tmp}/store.db", str(posts)], env=env, cwd=code,
+                             capture_output=True, check=True, text=True)
+        return json.loads(out.stdout)
+
+
 def small_appends(code: Path | None, workers: int, deferred: bool, seconds: float, workdir: Path) -> tuple[Load, Load]:
     """(paced, closed-loop) small appends, each client to its own run, on a fresh schema."""
     with postgres_store() as store, serving(store.url, workdir, code, workers, deferred) as server:
@@ -406,6 +459,14 @@ def main() -> None:
         wall, cpu, pg = group_costs(code, size, 30 if args.quick else 100)
         rows.append([label, size, f"{wall * 1000:.2f}", f"{cpu * 1000:.2f}", f"{pg * 1000:.2f}"])
     print(table(["code", "posts per transaction", "wall ms/post", "CPU ms/post", "PostgreSQL CPU ms/post"], rows))
+    print("\n### The app's CPU per small append, in process (the group writer stubbed; 3 runs each, in turn)\n")
+    costs: dict[str, list[float]] = {label: [] for label, _ in codes}
+    for _ in range(3):
+        for label, code in codes:
+            progress(f"the app's CPU per post: {label}")
+            costs[label].append(app_cost(code, 1000 if args.quick else 4000))
+    print(table(["code", "app CPU us/post (best of 3)", "all 3"],
+                [[label, f"{min(c) * 1e6:.0f}", " ".join(f"{x * 1e6:.0f}" for x in c)] for label, c in costs.items()]))
     with tempfile.TemporaryDirectory(prefix="append-bench-") as tmp:
         workdir = Path(tmp)
         paced_rows, closed_rows = [], []
