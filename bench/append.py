@@ -28,6 +28,7 @@ background loop, so the answers cost the append alone (what a bulk loader sees).
     cp app/ingest/_tfrecord.*.so /tmp/lw-main/app/ingest/            # with the built extension
     .venv/bin/python bench/append.py --code /tmp/lw-main           # old beside new
     .venv/bin/python bench/append.py --quick                       # 1M-point run, shorter phases
+    .venv/bin/python bench/append.py --code /tmp/lw-main --alternate 3  # 2 workers, old and new in turn
 
 Markdown on stdout, progress on stderr.  Goals: p99 <= 20 ms for the 10M-point append;
 >= 1,000 requests/s with 2 workers.  The machine's cores are shared by the client, the
@@ -437,15 +438,35 @@ LOAD_HEADERS = ["code, workers", "requests", "req/s", "p50 ms", "p99 ms", "max m
                 "not 200", "reconnected"]
 
 
+def alternate(codes: list[tuple[str, Path | None]], rounds: int, seconds: float) -> None:
+    """The 2-worker closed loop, analysis deferred and inline, each code in turn `rounds`
+    times: on a shared machine only rows measured side by side compare."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="append-bench-") as tmp:
+        for r in range(rounds):
+            for deferred in (True, False):
+                for label, code in codes:
+                    progress(f"round {r + 1}: {label}, 2 workers{', analysis deferred' if deferred else ''}")
+                    _, closed = small_appends(code, 2, deferred, seconds, Path(tmp))
+                    rows.append(load_row(f"{case_label(label, 2, deferred)} (round {r + 1})", closed))
+    print(f"### Small appends, {CLIENTS} clients, closed loop, 2 workers, in turn ({seconds:.0f} s)\n")
+    print(table(LOAD_HEADERS, rows))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--code", type=Path, help="a checkout of the old code (e.g. main), run beside this one")
     parser.add_argument("--quick", action="store_true", help="a 1M-point run and 5 s phases")
+    parser.add_argument("--alternate", type=int, metavar="ROUNDS",
+                        help="only the 2-worker closed loop, each code in turn, ROUNDS times (6 s phases)")
     args = parser.parse_args()
     if reason := postgres_unreachable():
         sys.exit(f"append bench: {reason}")
     seconds, big_steps = (5.0, 125_000) if args.quick else (10.0, BIG_STEPS)
     codes = ([("old", args.code)] if args.code else []) + [("new", None)]
+    if args.alternate:
+        alternate(codes, args.alternate, 6.0)
+        return
     print("### Statements per small append (PostgreSQL)\n")
     rows = []
     for label, code in codes:
