@@ -82,7 +82,8 @@ async def post_points(request: Request) -> Response:
     400 when the body cannot be read as its Content-Type says, 422 when every record is bad."""
     # A training loop's every few steps: the URL, token and `strict` are checked here, in the
     # order and with the answers FastAPI's dependencies and parameters give the other routes,
-    # and the answer is serialised once (`_RequestRoute`): half the app's CPU per post.
+    # and the answer is serialised once (`_RequestRoute`): about a third less of the app's CPU
+    # per post (bench/append.py).
     await utf8_url(request)
     await authorize(request, "write", await bearer_credentials(request))
     strict = _query_flag(request, "strict")
