@@ -8,6 +8,9 @@ out"), old code beside new in the same run:
 * group commit in process: 32 runs posted to in turn, 10 points a post, `size` posts
   written per transaction (`app.service.ingest.ingest_json_group`; the old code: one each),
   without HTTP: wall, CPU and PostgreSQL's CPU (all its processes, from /proc) per post;
+* the app's CPU per small append: its ASGI callable (every middleware, the route, the
+  answer) driven in process by one 10-point post after another, the group writer stubbed to
+  answer at once: what the HTTP stack costs a worker on top of uvicorn and the writing;
 * small appends vs workers: 32 clients (one asyncio process, raw HTTP/1.1 over kept-alive
   connections: the client costs little CPU), each a training loop posting 10 points to its
   own run.  Paced at 200 requests/s in total for the latency (p50/p99, from when each request
@@ -25,6 +28,7 @@ background loop, so the answers cost the append alone (what a bulk loader sees).
     cp app/ingest/_tfrecord.*.so /tmp/lw-main/app/ingest/            # with the built extension
     .venv/bin/python bench/append.py --code /tmp/lw-main           # old beside new
     .venv/bin/python bench/append.py --quick                       # 1M-point run, shorter phases
+    .venv/bin/python bench/append.py --code /tmp/lw-main --alternate 3  # 2 workers, old and new in turn
 
 Markdown on stdout, progress on stderr.  Goals: p99 <= 20 ms for the 10M-point append;
 >= 1,000 requests/s with 2 workers.  The machine's cores are shared by the client, the
@@ -107,9 +111,20 @@ def serving(url: str, workdir: Path, code: Path | None, workers: int, deferred: 
     server = Server(f"http://127.0.0.1:{port}", process, log)
     try:
         wait_healthy(server, timeout=120)
+        wait_for_workers(server, workers, timeout=120)
         yield server
     finally:
         stop(process)
+
+
+def wait_for_workers(server: Server, workers: int, timeout: float) -> None:
+    """Until every worker has started: /healthz answers once one has, and connections
+    opened before the others are up all go to it (a 2-worker row would measure one)."""
+    deadline = time.monotonic() + timeout
+    while server.log.read_bytes().count(b"Application startup complete") < workers:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{workers} workers did not all start within {timeout:.0f} s")
+        time.sleep(0.1)
 
 
 # --- the client ------------------------------------------------------------------------------
@@ -306,6 +321,56 @@ def group_costs(code: Path | None, size: int, rounds: int) -> list[float]:
         return json.loads(out.stdout)
 
 
+APP_SNIPPET = textwrap.dedent("""
+    import asyncio, json, logging, logging.config, sys, time
+    from app.service.app import create_app
+    from app.service.logs import log_config
+    from app.service.ingest import IngestResult
+    from app.service.settings import Settings
+    posts = int(sys.argv[2])
+    body = json.dumps({"points": [{"step": s, "tag": t, "value": 2.0} for s in range(5) for t in ("train/loss", "train/grad_norm")]}).encode()
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/v1/runs/loop-0/points", "raw_path": b"/v1/runs/loop-0/points", "query_string": b"", "root_path": "",
+             "server": ("127.0.0.1", 8000), "client": ("127.0.0.1", 5000),
+             "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
+    class Answered:  # the group writer, answering at once
+        async def post(self, posted):
+            return IngestResult(accepted=10, analysis="deferred")
+        def close(self):
+            pass
+    async def post(app):
+        async def receive():
+            return {"type": "http.request", "body": body, "more_body": False}
+        async def send(message):
+            pass
+        await app(dict(scope, state={}), receive, send)
+    async def main():
+        app = create_app(Settings(db_url=sys.argv[1], background=False, auth="open"))
+        logging.config.dictConfig(log_config())  # as `serve` logs: each request's line formatted, here not shown
+        logging.getLogger("losswatch").handlers[0].setStream(open("/dev/null", "w"))
+        async with app.router.lifespan_context(app):
+            app.state.appends = Answered()
+            for _ in range(500):
+                await post(app)
+            cpu = time.process_time()
+            for _ in range(posts):
+                await post(app)
+            print(json.dumps((time.process_time() - cpu) / posts))
+    asyncio.run(main())
+""")
+
+
+def app_cost(code: Path | None, posts: int) -> float:
+    """CPU seconds the app (`create_app`) of the code at `code` spends per small append, the
+    group writer stubbed (no database work), in a process of its own."""
+    code = code or Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory(prefix="append-bench-app-") as tmp:
+        env = {**os.environ, "PYTHONPATH": str(code)}
+        out = subprocess.run([sys.executable, "-c", APP_SNIPPET, f"sqlite:///{tmp}/store.db", str(posts)], env=env, cwd=code,
+                             capture_output=True, check=True, text=True)
+        return json.loads(out.stdout)
+
+
 def small_appends(code: Path | None, workers: int, deferred: bool, seconds: float, workdir: Path) -> tuple[Load, Load]:
     """(paced, closed-loop) small appends, each client to its own run, on a fresh schema."""
     with postgres_store() as store, serving(store.url, workdir, code, workers, deferred) as server:
@@ -373,15 +438,35 @@ LOAD_HEADERS = ["code, workers", "requests", "req/s", "p50 ms", "p99 ms", "max m
                 "not 200", "reconnected"]
 
 
+def alternate(codes: list[tuple[str, Path | None]], rounds: int, seconds: float) -> None:
+    """The 2-worker closed loop, analysis deferred and inline, each code in turn `rounds`
+    times: on a shared machine only rows measured side by side compare."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="append-bench-") as tmp:
+        for r in range(rounds):
+            for deferred in (True, False):
+                for label, code in codes:
+                    progress(f"round {r + 1}: {label}, 2 workers{', analysis deferred' if deferred else ''}")
+                    _, closed = small_appends(code, 2, deferred, seconds, Path(tmp))
+                    rows.append(load_row(f"{case_label(label, 2, deferred)} (round {r + 1})", closed))
+    print(f"### Small appends, {CLIENTS} clients, closed loop, 2 workers, in turn ({seconds:.0f} s)\n")
+    print(table(LOAD_HEADERS, rows))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--code", type=Path, help="a checkout of the old code (e.g. main), run beside this one")
     parser.add_argument("--quick", action="store_true", help="a 1M-point run and 5 s phases")
+    parser.add_argument("--alternate", type=int, metavar="ROUNDS",
+                        help="only the 2-worker closed loop, each code in turn, ROUNDS times (6 s phases)")
     args = parser.parse_args()
     if reason := postgres_unreachable():
         sys.exit(f"append bench: {reason}")
     seconds, big_steps = (5.0, 125_000) if args.quick else (10.0, BIG_STEPS)
     codes = ([("old", args.code)] if args.code else []) + [("new", None)]
+    if args.alternate:
+        alternate(codes, args.alternate, 6.0)
+        return
     print("### Statements per small append (PostgreSQL)\n")
     rows = []
     for label, code in codes:
@@ -395,6 +480,14 @@ def main() -> None:
         wall, cpu, pg = group_costs(code, size, 30 if args.quick else 100)
         rows.append([label, size, f"{wall * 1000:.2f}", f"{cpu * 1000:.2f}", f"{pg * 1000:.2f}"])
     print(table(["code", "posts per transaction", "wall ms/post", "CPU ms/post", "PostgreSQL CPU ms/post"], rows))
+    print("\n### The app's CPU per small append, in process (the group writer stubbed; 3 runs each, in turn)\n")
+    costs: dict[str, list[float]] = {label: [] for label, _ in codes}
+    for _ in range(3):
+        for label, code in codes:
+            progress(f"the app's CPU per post: {label}")
+            costs[label].append(app_cost(code, 1000 if args.quick else 4000))
+    print(table(["code", "app CPU us/post (best of 3)", "all 3"],
+                [[label, f"{min(c) * 1e6:.0f}", " ".join(f"{x * 1e6:.0f}" for x in c)] for label, c in costs.items()]))
     with tempfile.TemporaryDirectory(prefix="append-bench-") as tmp:
         workdir = Path(tmp)
         paced_rows, closed_rows = [], []

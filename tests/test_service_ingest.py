@@ -287,3 +287,36 @@ def test_a_tag_with_invalid_utf8_or_nul_is_rejected_and_the_rest_kept(client):
         'tag must not contain control characters or invalid UTF-8, got "a\\u0000b"',
     ]
     assert [t["tag"] for t in client.get("/v1/runs/a").json()["tags"]] == ["loss"]
+
+
+def test_strict_is_read_as_fastapi_reads_a_boolean_query_parameter(client):
+    body = {"points": [{"step": 1, "tag": "loss"}]}  # no value: a bad record
+    assert client.post("/v1/runs/s/points?strict=YES", json=body).status_code == 422  # strict: refused whole
+    assert client.post("/v1/runs/s/points?strict=off", json=body).json()["error"]["code"] == "invalid_input"
+    for value in ("maybe", ""):
+        answer = client.post(f"/v1/runs/s/points?strict={value}", json=body)
+        assert answer.status_code == 422
+        assert answer.json()["error"]["details"] == [
+            {"where": "query.strict", "reason": "Input should be a valid boolean, unable to interpret input"}
+        ]
+
+
+def test_the_points_route_documents_what_fastapi_would_for_its_parameters_and_token():
+    """post_points reads its own parameters and token (app/service/routes/ingest.py): its
+    OpenAPI must say what FastAPI says of the same declared as dependencies."""
+    from fastapi import FastAPI, Query
+
+    from app.service.app import create_app
+    from app.service.auth import WRITE
+    from app.service.routes.ingest import STRICT_DESCRIPTION, RunName
+    from app.service.settings import Settings
+
+    declared = FastAPI()
+
+    @declared.post("/v1/runs/{run:path}/points", dependencies=[WRITE])
+    def post_points(run: str = RunName, strict: bool = Query(False, description=STRICT_DESCRIPTION)) -> None: ...
+
+    expected = declared.openapi()["paths"]["/v1/runs/{run}/points"]["post"]
+    documented = create_app(Settings(db_url="sqlite://")).openapi()["paths"]["/v1/runs/{run}/points"]["post"]
+    assert documented["parameters"] == expected["parameters"]
+    assert documented["security"] == expected["security"]

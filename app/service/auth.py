@@ -83,34 +83,47 @@ class Gate:
 
 
 def require(scope: str):
-    """A dependency admitting requests whose token has `scope` ("read" or "write").  Writes
-    that no bearer token vouches for (a browser's cookie, or none on an open service) must
-    also pass the cross-site checks of `csrf.check`.  It runs on the event loop (a sync
-    dependency would cost every request a hand-off to a thread) and goes to a thread only
-    when the store must be asked: a token not in the cache, a gate not yet settled."""
+    """A dependency admitting requests whose token has `scope` ("read" or "write"): see
+    `authorize`."""
 
     async def check(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
-        gate: Gate = request.app.state.gate
-        token = credentials.credentials if credentials else request.cookies.get(COOKIE)
-        by_cookie = False
-        if gate.mode != "open":
-            if token is None:
-                if gate.locked() if gate.settled() else await run_in_threadpool(gate.locked):
-                    raise ApiError(401, "unauthorized", "this service needs a bearer token: Authorization: Bearer <token>")
-                csrf.check_loopback_host(request)  # open, on loopback: only until_first_token gets here
-            else:
-                known, scopes = gate.tokens.cached(token)
-                if not known:
-                    scopes = await run_in_threadpool(gate.tokens.scopes, token)
-                if scopes is None:
-                    raise ApiError(401, "unauthorized", "unknown token")
-                if scope not in scopes:
-                    raise ApiError(403, "forbidden", f"this token may not {scope}")
-                by_cookie = credentials is None
-        if scope == "write" and credentials is None:
-            csrf.check(request, by_cookie)
+        await authorize(request, scope, credentials)
 
     return Depends(check)
+
+
+async def authorize(request: Request, scope: str, credentials: HTTPAuthorizationCredentials | None) -> None:
+    """Admit the request if its token has `scope` ("read" or "write"), else 401 or 403.
+    Writes that no bearer token vouches for (a browser's cookie, or none on an open service)
+    must also pass the cross-site checks of `csrf.check`.  It runs on the event loop (a sync
+    check would cost every request a hand-off to a thread) and goes to a thread only when the
+    store must be asked: a token not in the cache, a gate not yet settled.  `credentials`:
+    the Authorization header's bearer token (`bearer_credentials`), if any."""
+    gate: Gate = request.app.state.gate
+    token = credentials.credentials if credentials else request.cookies.get(COOKIE)
+    by_cookie = False
+    if gate.mode != "open":
+        if token is None:
+            if gate.locked() if gate.settled() else await run_in_threadpool(gate.locked):
+                raise ApiError(401, "unauthorized", "this service needs a bearer token: Authorization: Bearer <token>")
+            csrf.check_loopback_host(request)  # open, on loopback: only until_first_token gets here
+        else:
+            known, scopes = gate.tokens.cached(token)
+            if not known:
+                scopes = await run_in_threadpool(gate.tokens.scopes, token)
+            if scopes is None:
+                raise ApiError(401, "unauthorized", "unknown token")
+            if scope not in scopes:
+                raise ApiError(403, "forbidden", f"this token may not {scope}")
+            by_cookie = credentials is None
+    if scope == "write" and credentials is None:
+        csrf.check(request, by_cookie)
+
+
+async def bearer_credentials(request: Request) -> HTTPAuthorizationCredentials | None:
+    """The Authorization header's bearer token, read as the `require` dependencies read it
+    (for a route that checks `authorize` itself)."""
+    return await _bearer(request)
 
 
 READ = require("read")
