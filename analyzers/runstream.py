@@ -94,8 +94,9 @@ class StateOutdated(Exception):
     saved): the run is fed again from the start."""
 
 
-# Raise when any detector's state changes shape.
-STATE_FORMAT = 5
+# Raise when any detector's state changes shape (or the way it is packed at rest).
+STATE_FORMAT = 6
+READ_FORMATS = (5, 6)  # 5: the same shapes, arrays described by dicts
 
 
 # -- the state --------------------------------------------------------------------------
@@ -865,35 +866,61 @@ def _best(state: RunState) -> dict[str, Any] | None:
 
 
 def dumps(state: RunState) -> bytes:
-    """The state at rest: zlib-compressed JSON, then the bytes of its arrays: floats raw
-    (exact, and noisy values do not compress enough to pay for it on every save), integers
-    (steps: mostly one stride) as compressed differences, half the bytes of a full state."""
+    """The state at rest: zlib-compressed JSON, then the bytes of its arrays (`_Packer`)."""
     packer = _Packer()
     text = zlib.compress(json.dumps(_plain(state, packer), separators=(",", ":")).encode(), 1)
     return len(text).to_bytes(8, "little") + text + b"".join(packer.parts)
 
 
 def loads(data: bytes) -> RunState:
-    """The state `dumps` saved; StateOutdated if it was saved in another format."""
+    """The state `dumps` saved (or the release before saved: its arrays were described by
+    dicts); StateOutdated if it was saved in another format."""
     size = int.from_bytes(data[:8], "little")
     arrays = memoryview(data)[8 + size :]
     plain = json.loads(zlib.decompress(data[8 : 8 + size]))
-    if plain.get("format") != STATE_FORMAT:
+    if plain.get("format") not in READ_FORMATS:
         raise StateOutdated(f"state format {plain.get('format', 1)}, expected {STATE_FORMAT}")
     return _run_state(plain, lambda d: _unarray(d, arrays))
 
 
 class _Packer:
+    """Arrays as bytes after the JSON, each described by a short list: a state holds some
+    fifty, packed on every save, and most of a run's state is its tails (4,096 steps and
+    values per tag), so the common shapes are packed for what they are:
+
+    * integers in one stride (a tail's steps, nearly always): [dtype, "s", first, stride, n],
+      no bytes at all;
+    * other integers: [dtype, "d", at, size], their differences zlib-compressed (a few
+      bytes for mostly one stride), or raw [dtype, "r", at, size] when short;
+    * floats that float32 holds exactly (TensorBoard stores scalars as float32, and so do
+      most training loops before they log): [dtype, "f4", at, size], half the bytes; other
+      floats raw (noisy values do not compress enough to pay for it on every save)."""
+
+    RAW_BYTES = 64  # below this, compressing an integer array costs more than it saves
+
     def __init__(self) -> None:
         self.parts: list[bytes] = []
         self.size = 0
 
-    def __call__(self, a: np.ndarray) -> dict:
-        differences = a.dtype.kind in "iu" and len(a) > 1
-        raw = zlib.compress(_differences(a).tobytes(), 1) if differences else np.ascontiguousarray(a).tobytes()
+    def __call__(self, a: np.ndarray) -> list:
+        dtype = a.dtype.str
+        if a.dtype.kind in "iu" and len(a) > 1:
+            d = _differences(a)
+            if len(a) > 2 and (d[2:] == d[1]).all():
+                return [dtype, "s", int(a[0]), int(d[1]), len(a)]
+            if a.nbytes > self.RAW_BYTES:
+                return [dtype, "d", *self._add(zlib.compress(d.tobytes(), 1))]
+        elif a.dtype == np.float64 and len(a):
+            with np.errstate(over="ignore"):  # past float32's range: inf, not equal, kept raw
+                narrow = a.astype(np.float32)
+            if np.array_equal(narrow, a, equal_nan=True):
+                return [dtype, "f4", *self._add(narrow.tobytes())]
+        return [dtype, "r", *self._add(np.ascontiguousarray(a).tobytes())]
+
+    def _add(self, raw: bytes) -> tuple[int, int]:
         self.parts.append(raw)
         self.size += len(raw)
-        return {"dtype": a.dtype.str, "at": self.size - len(raw), "n": len(raw), **({"d": 1} if differences else {})}
+        return self.size - len(raw), len(raw)
 
 
 def _differences(a: np.ndarray) -> np.ndarray:
@@ -905,12 +932,20 @@ def _differences(a: np.ndarray) -> np.ndarray:
     return out
 
 
-def _unarray(d: dict, arrays: memoryview) -> np.ndarray:
-    raw = arrays[d["at"] : d["at"] + d["n"]]
-    if d.get("d"):
-        dtype = np.dtype(d["dtype"])
+def _unarray(d: list | dict, arrays: memoryview) -> np.ndarray:
+    """The array a `_Packer` description names (a dict: the previous release's)."""
+    if isinstance(d, dict):
+        return _unarray([d["dtype"], "d" if d.get("d") else "r", d["at"], d["n"]], arrays)
+    dtype, how = np.dtype(d[0]), d[1]
+    if how == "s":
+        first, stride, n = d[2:]
+        return np.arange(n, dtype=dtype) * dtype.type(stride) + dtype.type(first)
+    raw = arrays[d[2] : d[2] + d[3]]
+    if how == "d":
         return np.frombuffer(zlib.decompress(raw), dtype=dtype).cumsum(dtype=dtype)
-    return np.frombuffer(raw, dtype=np.dtype(d["dtype"])).copy()
+    if how == "f4":
+        return np.frombuffer(raw, dtype=np.float32).astype(dtype)
+    return np.frombuffer(raw, dtype=dtype).copy()
 
 
 def _detector_plain(x: Any, pack) -> Any:

@@ -238,7 +238,7 @@ def test_a_state_saved_by_an_older_release_starts_the_analysis_again(store, tmp_
     tags = run_tags(3000)
     append(events, 0, {t: v[:2000] for t, v in tags.items()})
     with monkeypatch.context() as m:  # saved by a release whose states had another shape
-        m.setattr(runstream, "STATE_FORMAT", runstream.STATE_FORMAT - 1)
+        m.setattr(runstream, "STATE_FORMAT", min(runstream.READ_FORMATS) - 1)
         scan(store, [str(tmp_path)])
     with store.read() as conn:
         [run] = stored_runs.find_runs(conn, "r")
