@@ -52,7 +52,7 @@ BUILD_RUNS = 100  # runs stored and analysed per transaction while building the 
 
 def points(first: int, n: int, tags: tuple[str, ...], seed: int, wall: float = 1.7e9) -> Points:
     """n steps of a healthy run from step `first`: every tag at every step, 0.3 s apart
-    from `wall` at step 0."""
+    from `wall` at step 0, each value as an event file holds it (float32)."""
     rng = np.random.default_rng(seed * 7919 + first)
     step = np.arange(first, first + n, dtype=np.int64)
     loss = (2 + 3 * np.exp(-step / 3000.0)) * (1 + 0.02 * rng.standard_normal(n))
@@ -67,7 +67,7 @@ def points(first: int, n: int, tags: tuple[str, ...], seed: int, wall: float = 1
         tag=np.tile(np.arange(k, dtype=np.int32), n),
         step=np.repeat(step, k),
         wall_time=np.repeat(wall + step * 0.3, k),
-        value=np.stack([columns[t] for t in tags], axis=1).ravel(),
+        value=np.stack([columns[t] for t in tags], axis=1).ravel().astype(np.float32).astype(np.float64),
     )
 
 
