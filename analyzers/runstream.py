@@ -614,11 +614,24 @@ def _causes_raw(state: RunState) -> list[Finding]:
     return [f for _, f in _group(state, "zero_lr")] + grad
 
 
+class _Tails(dict):
+    """Tag -> its tail as a Series, made when first asked for: the cross-tag steps read a
+    tail only about a finding, and most feeds have none to judge."""
+
+    def __init__(self, state: RunState) -> None:
+        super().__init__()
+        self.state = state
+
+    def __missing__(self, tag: str) -> Series:
+        made = self[tag] = _series(self.state, tag)
+        return made
+
+
 def _cross(state: RunState, config: AnalysisConfig) -> list[Finding]:
     """`analyzers.analyze._analyze`'s joins, on the findings kept and the tails."""
     tags = state.tags
     by_role = {role: [tag for tag, t in tags.items() if t.role is role] for role in Role}
-    series = {tag: _series(state, tag) for tag in tags}
+    series = _Tails(state)
     losses = by_role[Role.LOSS] + by_role[Role.EVAL_LOSS]
     spikes = [f for tag, f in _group(state, "spike") if tag in losses]
     spikes.sort(key=lambda f: losses.index(f.tag))  # train losses first, as the batch path
@@ -627,18 +640,17 @@ def _cross(state: RunState, config: AnalysisConfig) -> list[Finding]:
     trends = _trends(state, config, series, by_role, spikes, explosions)
     spikes = [s for s in spikes if not overfitting_tells(s, trends)]
     fp16 = bool(by_role[Role.LOSS_SCALE])
-    train = [series[t] for t in by_role[Role.LOSS]]
     nonfinite = []
     for tag, f in _group(state, "nonfinite"):
         if f.severity is Severity.CRITICAL and tags[tag].role is Role.GRAD_NORM:
-            f = hidden_nan(f, series[tag], train)
+            f = hidden_nan(f, series[tag], [series[t] for t in by_role[Role.LOSS]])
         nonfinite.append(under_fp16(f) if fp16 and f.severity >= Severity.WARNING else f)
     nonfinite = [
         f for f in nonfinite
         if not told_by_loss_nan(f, nonfinite, set(losses), set(by_role[Role.GRAD_NORM])) and not inside_explosion(f, explosions)
     ]
     scale = [f for _, f in _group(state, "scale")]
-    run = RunSeries(series, {}, ())
+    run = RunSeries({tag: series[tag] for tag in tags}, {}, ()) if state.resumes else None
     restarts = []
     detector = RestartDetector(config.restarts)
     for record in state.resumes:
@@ -650,27 +662,33 @@ def _cross(state: RunState, config: AnalysisConfig) -> list[Finding]:
 
 
 def _trends(
-    state: RunState, config: AnalysisConfig, series: dict[str, Series], by_role: dict[Role, list[str]],
+    state: RunState, config: AnalysisConfig, series: _Tails, by_role: dict[Role, list[str]],
     spikes: list[Finding], grad: list[Finding],
 ) -> list[Finding]:
     p = config.plateau
     causes = [f for _, f in _group(state, "zero_lr")]
     causes += [f for f in grad if f.kind is Kind.GRAD_NORM_STUCK and f.peak_value == 0]
-    lr = series[by_role[Role.LEARNING_RATE][0]] if by_role[Role.LEARNING_RATE] else None
-    train = [series[t] for t in by_role[Role.LOSS]]
+    lr_tags = by_role[Role.LEARNING_RATE]
     found = []
-    for s in train:
-        past = [_past_spike(s.tag, *spike) for spike in state.past_spikes.get(s.tag, [])]
-        mine = [f for tag, f in _group(state, "divergence") if tag == s.tag]
-        found += [f for f in mine if not explained_by_spike(f, past + spikes)]
-        unmoved = [f for tag, f in _group(state, "initial") if tag == s.tag and not warming_up(lr, f)]
-        found += merge_plateaus(unmoved + stalled_plateaus(s, causes, p))
+    for tag in by_role[Role.LOSS]:
+        mine = [f for t, f in _group(state, "divergence") if t == tag]
+        if mine:
+            past = [_past_spike(tag, *spike) for spike in state.past_spikes.get(tag, [])]
+            found += [f for f in mine if not explained_by_spike(f, past + spikes)]
+        unmoved = [f for t, f in _group(state, "initial") if t == tag and not _warming_up(series, lr_tags, f)]
+        found += merge_plateaus(unmoved + (stalled_plateaus(series[tag], causes, p) if causes else []))
     for tag in by_role[Role.EVAL_LOSS]:
-        s = series[tag]
-        counterpart = train_counterpart(tag, train)
-        found += [judge(r, s, counterpart, config.overfitting) for t, r in _group(state, "eval_rise") if t == tag]
-        found += [f for t, f in _group(state, "initial") if t == tag and not warming_up(lr, f)]
+        rises = [r for t, r in _group(state, "eval_rise") if t == tag]
+        if rises:
+            counterpart = train_counterpart(tag, [series[t] for t in by_role[Role.LOSS]])
+            found += [judge(r, series[tag], counterpart, config.overfitting) for r in rises]
+        found += [f for t, f in _group(state, "initial") if t == tag and not _warming_up(series, lr_tags, f)]
     return found
+
+
+def _warming_up(series: _Tails, lr_tags: list[str], plateau: Finding) -> bool:
+    """`warming_up` against the run's first LR tag, if it has one."""
+    return warming_up(series[lr_tags[0]] if lr_tags else None, plateau)
 
 
 def _past_spike(tag: str, start: int, fast: bool, up: bool) -> Finding:
