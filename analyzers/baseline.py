@@ -104,6 +104,17 @@ def median(values: np.ndarray) -> np.float64:
     return np.float64(part[h]) if n % 2 else (np.float64(part[h - 1]) + np.float64(part[h])) / 2
 
 
+def row_medians(rows: np.ndarray) -> np.ndarray:
+    """`np.median(rows, axis=1)` of a 2-d float array, the same numbers (NaN for a row with
+    any), without the numpy.ma import `median` avoids."""
+    n = rows.shape[1]
+    h = n // 2
+    part = np.partition(rows, [h - 1, h, n - 1] if n % 2 == 0 else [h, n - 1], axis=1)
+    out = part[:, h] if n % 2 else (part[:, h - 1] + part[:, h]) / 2
+    out[np.isnan(part[:, -1])] = np.nan
+    return out
+
+
 def memory(config: BaselineConfig) -> int:
     """Points before a point that its baseline depends on."""
     return config.window + 2 * config.noise_window

@@ -50,6 +50,7 @@ from dataclasses import dataclass, replace
 import bottleneck as bn
 import numpy as np
 
+from analyzers.baseline import row_medians
 from analyzers.findings import Finding, Kind, Severity
 from analyzers.series import Series
 from analyzers.stream import StreamState, detect_at_once, finite_points, points_where, run_lengths
@@ -368,7 +369,7 @@ def _settled(ext: np.ndarray, k: int, over: np.ndarray, size: int) -> np.ndarray
     at = np.flatnonzero(over)
     at = at[at + k >= size]
     if len(at):
-        settled[at] = np.median(ext[(at + k)[:, None] + np.arange(-size, 0)], axis=1)
+        settled[at] = row_medians(ext[(at + k)[:, None] + np.arange(-size, 0)])
     return settled
 
 

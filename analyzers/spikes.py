@@ -90,7 +90,7 @@ from typing import Any, NamedTuple
 import bottleneck as bn
 import numpy as np
 
-from analyzers.baseline import Baseline, BaselineConfig, memory, trailing_baseline
+from analyzers.baseline import Baseline, BaselineConfig, memory, row_medians, trailing_baseline
 from analyzers.findings import Finding, Kind, Severity, SpikeClass
 from analyzers.series import Series
 from analyzers.stream import StreamState
@@ -428,7 +428,7 @@ class LossSpikeDetector:
         heading = np.maximum(base.level[p] - base.level[np.maximum(p - n, 0)], 0) / n
         level = base.level[p] + heading * (n - 1) / 2
         after = w.value[p[:, None] + np.arange(n)]
-        median = np.median(after, axis=1)
+        median = row_medians(after)
         z = (median - level) / sigma
         value, quantum = w.value[p], base.quantum[p]
         lowest = w.value[np.maximum(p[:, None] - np.arange(c.rise_points + 1), 0)].min(axis=1)
@@ -437,9 +437,9 @@ class LossSpikeDetector:
         # a jump at the point that stays, not a climb the trailing level lags: most of the
         # rise gained over the points just before it, and its second half not half the rise
         # above its first
-        before = np.median(w.value[np.maximum(p[:, None] - 1 - np.arange(n // 2), 0)], axis=1)
+        before = row_medians(w.value[np.maximum(p[:, None] - 1 - np.arange(n // 2), 0)])
         jumped = median - before >= 0.75 * rise
-        stays = np.median(after[:, n // 2 :], axis=1) - np.median(after[:, : n // 2], axis=1) <= 0.5 * rise
+        stays = row_medians(after[:, n // 2 :]) - row_medians(after[:, : n // 2]) <= 0.5 * rise
         sudden = _sudden(median, level, lowest, quantum, c.min_quanta) & first_half & jumped & stays
         hit = np.flatnonzero((z > bar) & sudden)
         return _Onsets(w.first + p[hit], z[hit], bar[hit])
