@@ -33,6 +33,7 @@ import functools
 import hashlib
 import json
 import math
+import struct
 import typing
 import zlib
 from collections.abc import Callable, Mapping
@@ -912,9 +913,10 @@ class _Packer:
       bytes for mostly one stride), or raw [dtype, "r", at, size] when short;
     * floats that float32 holds exactly (TensorBoard stores scalars as float32, and so do
       most training loops before they log): [dtype, "f4", at, size], half the bytes; other
-      floats raw (noisy values do not compress enough to pay for it on every save)."""
+      floats, and short ones, raw (noisy values do not compress enough to pay for it on
+      every save)."""
 
-    RAW_BYTES = 64  # below this, compressing an integer array costs more than it saves
+    RAW_BYTES = 64  # below this, packing an array another way costs more than it saves
 
     def __init__(self) -> None:
         self.parts: list[bytes] = []
@@ -928,7 +930,7 @@ class _Packer:
                 return [dtype, "s", int(a[0]), int(d[1]), len(a)]
             if a.nbytes > self.RAW_BYTES:
                 return [dtype, "d", *self._add(zlib.compress(d.tobytes(), 1))]
-        elif a.dtype == np.float64 and len(a) and _float32_exact(a[-1]):  # the newest value tells most arrays apart
+        elif a.dtype == np.float64 and a.nbytes > self.RAW_BYTES and _float32_exact(float(a[-1])):  # the newest value tells most apart
             with np.errstate(over="ignore"):  # past float32's range: inf, not equal, kept raw
                 narrow = a.astype(np.float32)
             same = narrow == a
@@ -942,10 +944,12 @@ class _Packer:
         return self.size - len(raw), len(raw)
 
 
-def _float32_exact(x: np.float64) -> bool:
-    """Whether float32 holds x exactly (NaN: yes, it holds a NaN)."""
-    with np.errstate(over="ignore"):
-        return bool(np.float32(x) == x) or x != x
+def _float32_exact(x: float) -> bool:
+    """Whether float32 holds x exactly (NaN and inf: yes), without a cast that overflows."""
+    try:
+        return struct.unpack("f", struct.pack("f", x))[0] == x or x != x
+    except OverflowError:  # past float32's range
+        return False
 
 
 def _differences(a: np.ndarray) -> np.ndarray:
