@@ -108,3 +108,15 @@ def test_small_appends_grow_the_last_chunk_instead_of_adding_rows(store_url):
     store.close()
     assert rows <= 3000 // stored_runs.SMALL_CHUNK + 1
     assert np.array_equal(writes.step, np.arange(3000)) and np.array_equal(writes.value, np.arange(3000) * 0.5)
+
+
+def test_packed_columns_are_not_compressed_again_on_postgresql(pg_url):
+    store = open_store(pg_url)
+    with store.read() as conn:
+        storage = dict(conn.execute(sa.text(
+            "SELECT c.relname || '.' || a.attname, a.attstorage FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+            "WHERE c.relnamespace = current_schema()::regnamespace AND a.atttypid = 'bytea'::regtype"
+        )).all())
+    store.close()
+    packed = {"chunks.data", "chunk_summaries.blocks", "stream_states.data", "stream_checkpoints.data"}
+    assert {name: storage[name] for name in packed} == dict.fromkeys(packed, "e")  # EXTERNAL: never pglz'd
