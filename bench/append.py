@@ -20,6 +20,8 @@ out"), old code beside new in the same run:
   direct store calls and analysed once), one client at 40 requests/s: p50/p99.  With the
   default `--analysis-interval 1`, one answer a second carries the run's analysis inline:
   those answers apart (p50, max) and the others' p99, as the analysed ones set the p99.
+  Then the same appends in process, without HTTP (an analysed one after every three
+  deferred ones): wall and CPU of each kind, CPU being what the machine's load moves least.
 
 Rows "analysis deferred" serve with `--analysis-interval 3600`: every analysis runs in the
 background loop, so the answers cost the append alone (what a bulk loader sees).
@@ -407,6 +409,43 @@ def build_big_run(url: str, steps: int) -> str:
     return name
 
 
+BIG_SNIPPET = textwrap.dedent("""
+    import json, statistics, sys, time
+    from app.service.ingest import ingest_json
+    from app.service.settings import Settings
+    from app.store.db import open_store
+    store, name, step, rounds = open_store(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    def post(analysed):
+        global step
+        body = json.dumps({"points": [{"step": s, "tag": t, "value": 2.0 + ((s * 7919 + i) % 97) / 970.0}
+                                      for s in range(step, step + 5) for i, t in enumerate(("train/loss", "train/grad_norm"))]}).encode()
+        step += 5
+        wall, cpu = time.perf_counter(), time.process_time()
+        answer = ingest_json(store, name, body, False, False, Settings(analysis_interval=0.0 if analysed else 3600.0), time.time())
+        assert answer.analysis == ("done" if analysed else "deferred"), answer.analysis
+        return time.perf_counter() - wall, time.process_time() - cpu
+    costs = {True: [], False: []}
+    for r in range(rounds + 2):
+        for analysed in (False, False, False, True):
+            cost = post(analysed)
+            if r >= 2:
+                costs[analysed].append(cost)
+    print(json.dumps([[statistics.median(c[i] for c in costs[a]) for i in (0, 1)] for a in (True, False)] + [step]))
+""")
+
+
+def big_in_process(url: str, name: str, first: int, code: Path | None, rounds: int) -> tuple[list[list[float]], int]:
+    """[[wall, CPU] of an analysed append, [wall, CPU] of a deferred one] (medians, seconds)
+    to the big run in a process of its own, without HTTP: each analysed append after three
+    deferred ones, as at 40 requests/s; and the step the next would start at."""
+    code = code or Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    out = subprocess.run([sys.executable, "-c", BIG_SNIPPET, url, name, str(first), str(rounds)], env=env, cwd=code,
+                         capture_output=True, check=True, text=True)
+    analysed, deferred, after = json.loads(out.stdout)
+    return [analysed, deferred], after
+
+
 def big_appends(
     url: str, name: str, first: int, code: Path | None, deferred: bool, seconds: float, workdir: Path
 ) -> tuple[Load, int]:
@@ -523,9 +562,17 @@ def main() -> None:
                 progress(f"appends to the big run: {label}{', analysis deferred' if deferred else ''}")
                 load, first = big_appends(store.url, name, first, code, deferred, seconds, workdir)
                 rows.append(load_row(case_label(label, 1, deferred), load) + split_ms(load))
+            in_process = []
+            for _ in range(2):
+                for label, code in codes:
+                    progress(f"appends to the big run in process: {label}")
+                    (analysed, deferred), first = big_in_process(store.url, name, first, code, 10 if args.quick else 30)
+                    in_process.append([label, *(f"{x * 1000:.2f}" for x in analysed + deferred)])
         print(f"\n### 10-point appends to a run of {big_steps * len(TAGS8):,} points, one client at {BIG_RATE:.0f} req/s "
               f"({seconds:.0f} s)\n")
         print(table(LOAD_HEADERS + ["analysed p50 ms", "analysed max ms", "others p99 ms"], rows))
+        print("\n### 10-point appends to that run in process (no HTTP), medians, each code twice in turn\n")
+        print(table(["code", "analysed wall ms", "analysed CPU ms", "deferred wall ms", "deferred CPU ms"], in_process))
 
 
 if __name__ == "__main__":
