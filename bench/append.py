@@ -32,6 +32,7 @@ background loop, so the answers cost the append alone (what a bulk loader sees).
     .venv/bin/python bench/append.py --code /tmp/lw-main           # old beside new
     .venv/bin/python bench/append.py --quick                       # 1M-point run, shorter phases
     .venv/bin/python bench/append.py --code /tmp/lw-main --alternate 3  # 2 workers, old and new in turn
+    .venv/bin/python bench/append.py --code /tmp/lw-main --big 3        # the 10M-point run, old and new in turn
 
 Markdown on stdout, progress on stderr.  Goals: p99 <= 20 ms for the 10M-point append;
 >= 1,000 requests/s with 2 workers.  The machine's cores are shared by the client, the
@@ -512,6 +513,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a 1M-point run and 5 s phases")
     parser.add_argument("--alternate", type=int, metavar="ROUNDS",
                         help="only the 2-worker closed loop, each code in turn, ROUNDS times (6 s phases)")
+    parser.add_argument("--big", type=int, metavar="ROUNDS",
+                        help="only the 10M-point run's appends, each code in turn, ROUNDS times (20 s phases)")
     args = parser.parse_args()
     if reason := postgres_unreachable():
         sys.exit(f"append bench: {reason}")
@@ -519,6 +522,10 @@ def main() -> None:
     codes = ([("old", args.code)] if args.code else []) + [("new", None)]
     if args.alternate:
         alternate(codes, args.alternate, 6.0)
+        return
+    if args.big:
+        with tempfile.TemporaryDirectory(prefix="append-bench-") as tmp:
+            big_run(codes, big_steps, 20.0 if not args.quick else seconds, args.big, Path(tmp))
         return
     print("### Statements per small append (PostgreSQL)\n")
     rows = []
@@ -554,26 +561,32 @@ def main() -> None:
         print(table(LOAD_HEADERS, paced_rows))
         print(f"\n### Small appends, {CLIENTS} clients, closed loop: max sustained rate ({seconds:.0f} s)\n")
         print(table(LOAD_HEADERS, closed_rows))
-        with postgres_store() as store:
-            progress(f"building a run of {big_steps:,} steps x {len(TAGS8)} tags")
-            name = build_big_run(store.url, big_steps)
-            rows, first = [], big_steps
-            for label, code, deferred in [(label, code, False) for label, code in codes] + [("new", None, True)]:
-                progress(f"appends to the big run: {label}{', analysis deferred' if deferred else ''}")
-                load, first = big_appends(store.url, name, first, code, deferred, seconds, workdir)
-                rows.append(load_row(case_label(label, 1, deferred), load) + split_ms(load))
-            in_process = []
-            for _ in range(2):
-                for label, code in codes:
-                    progress(f"appends to the big run in process: {label}")
-                    (analysed, deferred), first = big_in_process(store.url, name, first, code, 10 if args.quick else 30)
-                    in_process.append([label, *(f"{x * 1000:.2f}" for x in analysed + deferred)])
-        print(f"\n### 10-point appends to a run of {big_steps * len(TAGS8):,} points, one client at {BIG_RATE:.0f} req/s "
-              f"({seconds:.0f} s)\n")
-        print(table(LOAD_HEADERS + ["analysed p50 ms", "analysed max ms", "others p99 ms"], rows))
-        print("\n### 10-point appends to that run in process (no HTTP), medians, each code twice in turn\n")
-        print(table(["code", "analysed wall ms", "analysed CPU ms", "deferred wall ms", "deferred CPU ms"], in_process))
+        big_run(codes, big_steps, seconds, 1, workdir)
 
+
+def big_run(codes: list[tuple[str, Path | None]], steps: int, seconds: float, rounds: int, workdir: Path) -> None:
+    """The 10M-point run's tables: over HTTP, each code in turn `rounds` times, then the new
+    code with the analysis deferred; then in process, each code twice in turn."""
+    with postgres_store() as store:
+        progress(f"building a run of {steps:,} steps x {len(TAGS8)} tags")
+        name = build_big_run(store.url, steps)
+        rows, first = [], steps
+        cases = [(label, code, False) for _ in range(rounds) for label, code in codes] + [("new", None, True)]
+        for label, code, deferred in cases:
+            progress(f"appends to the big run: {label}{', analysis deferred' if deferred else ''}")
+            load, first = big_appends(store.url, name, first, code, deferred, seconds, workdir)
+            rows.append(load_row(case_label(label, 1, deferred), load) + split_ms(load))
+        in_process = []
+        for _ in range(2):
+            for label, code in codes:
+                progress(f"appends to the big run in process: {label}")
+                (analysed, deferred), first = big_in_process(store.url, name, first, code, 30)
+                in_process.append([label, *(f"{x * 1000:.2f}" for x in analysed + deferred)])
+    print(f"\n### 10-point appends to a run of {steps * len(TAGS8):,} points, one client at {BIG_RATE:.0f} req/s "
+          f"({seconds:.0f} s{', each code in turn' if rounds > 1 else ''})\n")
+    print(table(LOAD_HEADERS + ["analysed p50 ms", "analysed max ms", "others p99 ms"], rows))
+    print("\n### 10-point appends to that run in process (no HTTP), medians, each code twice in turn\n")
+    print(table(["code", "analysed wall ms", "analysed CPU ms", "deferred wall ms", "deferred CPU ms"], in_process))
 
 if __name__ == "__main__":
     main()
