@@ -146,7 +146,8 @@ def apply(
     out of order); one that missed points stored since leaves the run waiting for the next
     analysis.  A failed analysis is recorded on the run (the API and UI show it) and stops
     waiting: the next points stored try again.  `stored`: the run's alerts as stored, when
-    already read (`BatchReads`)."""
+    already read (`BatchReads`); None: only those the evaluation can change or consult are
+    read (`_alerts_to_evaluate`)."""
     if run.analyzed_points is not None and assessment.points < run.analyzed_points:
         return Applied([])
     done = {"analyzed_at": now, "analysis_error": assessment.error}
