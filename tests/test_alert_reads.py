@@ -140,3 +140,17 @@ def test_only_what_the_evaluation_needs_is_read(store):
         assert stored_alerts.load_alerts_to_evaluate(conn, run_id, [], ["divergence"], ["loss"]) == {}
         assert set(stored_alerts.load_alerts_to_evaluate(conn, run_id, [settled[0].id], [], [])) == {settled[0].id}
         assert len(stored_alerts.load_alerts_to_evaluate(conn, run_id, [], ["divergence"], ["other"])) == len(settled)
+
+
+def test_an_analysis_reporting_more_alerts_than_a_statement_takes_ids_reads_them_all(store, monkeypatch):
+    monkeypatch.setattr(stored_alerts, "MAX_IDS", 3)
+    over = [alert(Kind.DIVERGENCE, s, ongoing=False, end=s + 5) for s in range(100, 600, 100)]
+    history(store, [alert(Kind.DIVERGENCE, s) for s in range(100, 600, 100)], over)
+    before = rows(store)
+    read_whole, real = [], stored_alerts.load_alerts
+    monkeypatch.setattr(stored_alerts, "load_alerts", lambda conn, run_id: read_whole.append(run_id) or real(conn, run_id))
+    changes, expected = analysed(store, over, None, T0 + 10)  # five ids: more than three
+    assert changes == expected == []
+    assert rows(store) == before
+    assert len(read_whole) == 2  # once for the expectation, once by `apply`
+

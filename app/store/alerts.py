@@ -36,9 +36,17 @@ def load_alerts_to_evaluate(
     it is, not fired again) and those of these kinds on these tags (a resolved NaN or
     divergence still inhibits the lesser spikes after it on its tag).  The others are
     resolved and cannot change: a run's history of alerts grows without bound, and reading
-    it all (decoding every finding) was a third of an analysed append to a long run."""
-    params = {"run_id": run_id, "ids": sorted(set(ids)), "kinds": sorted(set(inhibiting)), "tags": sorted(set(tags))}
+    it all (decoding every finding) was a third of an analysed append to a long run.  More
+    than `MAX_IDS` ids (a first analysis of a long run reporting its whole history) read
+    every alert instead: a statement takes a bounded number of parameters."""
+    ids = sorted(set(ids))
+    if len(ids) > MAX_IDS:
+        return load_alerts(conn, run_id)
+    params = {"run_id": run_id, "ids": ids, "kinds": sorted(set(inhibiting)), "tags": sorted(set(tags))}
     return {row.id: _record(row) for row in conn.execute(_LOAD_TO_EVALUATE, params)}
+
+
+MAX_IDS = 1000  # well within SQLite's 32,766 and PostgreSQL's 65,535 parameters a statement
 
 
 # Built once: every analysed append runs one.
