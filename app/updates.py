@@ -15,7 +15,7 @@ from sqlalchemy.engine import Connection
 
 from analyzers.config import AnalysisConfig
 from app import incremental, liveness
-from app.alerts.lifecycle import AlertRecord, Event, State, evaluate
+from app.alerts.lifecycle import INHIBITORS, AlertRecord, Event, State, consulted, evaluate
 from app.alerts.receivers import route
 from app.analysis import Alert, AnalysisFailed
 from app.ingest.logdir import RunState
@@ -146,7 +146,8 @@ def apply(
     out of order); one that missed points stored since leaves the run waiting for the next
     analysis.  A failed analysis is recorded on the run (the API and UI show it) and stops
     waiting: the next points stored try again.  `stored`: the run's alerts as stored, when
-    already read (`BatchReads`)."""
+    already read (`BatchReads`); None: only those the evaluation can change or consult are
+    read (`_alerts_to_evaluate`)."""
     if run.analyzed_points is not None and assessment.points < run.analyzed_points:
         return Applied([])
     done = {"analyzed_at": now, "analysis_error": assessment.error}
@@ -158,13 +159,21 @@ def apply(
     if assessment.stream is not None and not incremental.save(conn, run.id, assessment.stream):
         return Applied([])  # another analysis of the run was applied meanwhile: the run waits for the next
     if stored is None:
-        stored = stored_alerts.load_alerts(conn, run.id)
+        stored = _alerts_to_evaluate(conn, run.id, assessment.current)
     detected = {k: r for k, r in stored.items() if r.kind != liveness.STALE}  # judged by time, below
     changes = record_changes(conn, run, detected, assessment.current, assessment.last_step, webhooks, now,
                              assessment.vanishing)
     done["health"] = assessment.health
     stored_runs.update_run(conn, run.id, {"analyzed_points": assessment.points, **done})
     return Applied(changes + refresh_liveness(conn, run, config, webhooks, now, stored))
+
+
+def _alerts_to_evaluate(conn: Connection, run_id: int, current: list[Alert]) -> dict[str, AlertRecord]:
+    """The run's stored alerts that evaluating `current` can change or consult (see
+    `lifecycle.consulted`): the open ones, those reported again, and the NaN and divergence
+    alerts on the tags of reported spikes."""
+    ids, spike_tags = consulted(current)
+    return stored_alerts.load_alerts_to_evaluate(conn, run_id, ids, INHIBITORS, spike_tags)
 
 
 def record_changes(
@@ -193,7 +202,10 @@ def refresh_liveness(
     conn: Connection, run: StoredRun, config: AnalysisConfig, webhooks: Sequence[str], now: float,
     stored: dict[str, AlertRecord] | None = None,
 ) -> list[Reported]:
-    """Fire, or resolve, the locked run's `stale` alert as of `now`."""
+    """Fire, or resolve, the locked run's `stale` alert as of `now`.  `stored` need hold only
+    the open alerts (`apply` reads no resolved stale one): the stale alerts judged are the
+    open ones, resolving, and an ongoing one, which fires alike whether an earlier incident
+    of its id was read, resolved, or not."""
     if stored is None:
         stored = stored_alerts.load_alerts(conn, run.id)
     stale = {k: r for k, r in stored.items() if r.kind == liveness.STALE}

@@ -18,7 +18,10 @@ out"), old code beside new in the same run:
   sustained rate.  Server CPU (all its processes, from /proc) per request;
 * a 10-point append to a run already holding 10M points (8 tags x 1.25M steps, written by
   direct store calls and analysed once), one client at 40 requests/s: p50/p99.  With the
-  default `--analysis-interval 1`, one answer a second carries the run's analysis inline.
+  default `--analysis-interval 1`, one answer a second carries the run's analysis inline:
+  those answers apart (p50, max) and the others' p99, as the analysed ones set the p99.
+  Then the same appends in process, without HTTP (an analysed one after every three
+  deferred ones): wall and CPU of each kind, CPU being what the machine's load moves least.
 
 Rows "analysis deferred" serve with `--analysis-interval 3600`: every analysis runs in the
 background loop, so the answers cost the append alone (what a bulk loader sees).
@@ -29,6 +32,7 @@ background loop, so the answers cost the append alone (what a bulk loader sees).
     .venv/bin/python bench/append.py --code /tmp/lw-main           # old beside new
     .venv/bin/python bench/append.py --quick                       # 1M-point run, shorter phases
     .venv/bin/python bench/append.py --code /tmp/lw-main --alternate 3  # 2 workers, old and new in turn
+    .venv/bin/python bench/append.py --code /tmp/lw-main --big 3        # the 10M-point run, old and new in turn
 
 Markdown on stdout, progress on stderr.  Goals: p99 <= 20 ms for the 10M-point append;
 >= 1,000 requests/s with 2 workers.  The machine's cores are shared by the client, the
@@ -139,6 +143,7 @@ def body(first: int, tags: tuple[str, ...] = TAGS, steps: int = STEPS) -> bytes:
 @dataclass
 class Load:
     latencies: list[float] = field(default_factory=list)  # seconds, from when each was due
+    analysed: list[bool] = field(default_factory=list)  # whether each answer carried the analysis inline
     answers: Counter = field(default_factory=Counter)  # status, and "inline" for analysed answers
     seconds: float = 0.0
     cpu: float = 0.0  # the server's CPU seconds meanwhile
@@ -157,9 +162,10 @@ class Connection:
     async def open(self) -> None:
         self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
 
-    async def post(self, load: Load) -> None:
+    async def post(self, load: Load) -> bool:
         """Post the next 10 points; a connection the server closed (a worker replaced, an idle
-        keep-alive ended) is opened again and the post sent again (appends are idempotent)."""
+        keep-alive ended) is opened again and the post sent again (appends are idempotent).
+        Whether the answer carried the run's analysis."""
         payload = body(self.step)
         self.step += STEPS
         head = (f"POST {self.path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
@@ -180,7 +186,9 @@ class Connection:
         answer = await self.reader.readexactly(length)
         status = int(status_line.split()[1])
         load.answers[status] += 1
-        load.answers["inline"] += b'"analysis":"done"' in answer
+        analysed = b'"analysis":"done"' in answer
+        load.answers["inline"] += analysed
+        return analysed
 
     def close(self) -> None:
         self.writer.close()
@@ -199,7 +207,7 @@ async def run_load(connections: list[Connection], seconds: float, rate: float | 
                 return
             if (wait := due - time.perf_counter()) > 0:
                 await asyncio.sleep(wait)
-            await connections[c].post(load)
+            load.analysed.append(await connections[c].post(load))
             load.latencies.append(time.perf_counter() - due)
             i += 1
 
@@ -402,6 +410,43 @@ def build_big_run(url: str, steps: int) -> str:
     return name
 
 
+BIG_SNIPPET = textwrap.dedent("""
+    import json, statistics, sys, time
+    from app.service.ingest import ingest_json
+    from app.service.settings import Settings
+    from app.store.db import open_store
+    store, name, step, rounds = open_store(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    def post(analysed):
+        global step
+        body = json.dumps({"points": [{"step": s, "tag": t, "value": 2.0 + ((s * 7919 + i) % 97) / 970.0}
+                                      for s in range(step, step + 5) for i, t in enumerate(("train/loss", "train/grad_norm"))]}).encode()
+        step += 5
+        wall, cpu = time.perf_counter(), time.process_time()
+        answer = ingest_json(store, name, body, False, False, Settings(analysis_interval=0.0 if analysed else 3600.0), time.time())
+        assert answer.analysis == ("done" if analysed else "deferred"), answer.analysis
+        return time.perf_counter() - wall, time.process_time() - cpu
+    costs = {True: [], False: []}
+    for r in range(rounds + 2):
+        for analysed in (False, False, False, True):
+            cost = post(analysed)
+            if r >= 2:
+                costs[analysed].append(cost)
+    print(json.dumps([[statistics.median(c[i] for c in costs[a]) for i in (0, 1)] for a in (True, False)] + [step]))
+""")
+
+
+def big_in_process(url: str, name: str, first: int, code: Path | None, rounds: int) -> tuple[list[list[float]], int]:
+    """[[wall, CPU] of an analysed append, [wall, CPU] of a deferred one] (medians, seconds)
+    to the big run in a process of its own, without HTTP: each analysed append after three
+    deferred ones, as at 40 requests/s; and the step the next would start at."""
+    code = code or Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    out = subprocess.run([sys.executable, "-c", BIG_SNIPPET, url, name, str(first), str(rounds)], env=env, cwd=code,
+                         capture_output=True, check=True, text=True)
+    analysed, deferred, after = json.loads(out.stdout)
+    return [analysed, deferred], after
+
+
 def big_appends(
     url: str, name: str, first: int, code: Path | None, deferred: bool, seconds: float, workdir: Path
 ) -> tuple[Load, int]:
@@ -422,6 +467,15 @@ def table(headers: list[str], rows: list[list]) -> str:
 
 def ms(load: Load, q: float) -> str:
     return f"{np.percentile(load.latencies, q) * 1000:.1f}"
+
+
+def split_ms(load: Load) -> list[str]:
+    """The answers carrying the analysis (p50, max) and the others (p99): an analysed one a
+    second is 2.5% of the answers at 40 requests/s, so they set the p99."""
+    latencies, analysed = np.array(load.latencies) * 1000, np.array(load.analysed)
+    inline, other = latencies[analysed], latencies[~analysed]
+    return [f"{np.percentile(inline, 50):.1f}" if len(inline) else "-", f"{inline.max():.1f}" if len(inline) else "-",
+            f"{np.percentile(other, 99):.1f}" if len(other) else "-"]
 
 
 def load_row(label: str, load: Load) -> list:
@@ -459,6 +513,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a 1M-point run and 5 s phases")
     parser.add_argument("--alternate", type=int, metavar="ROUNDS",
                         help="only the 2-worker closed loop, each code in turn, ROUNDS times (6 s phases)")
+    parser.add_argument("--big", type=int, metavar="ROUNDS",
+                        help="only the 10M-point run's appends, each code in turn, ROUNDS times (20 s phases)")
     args = parser.parse_args()
     if reason := postgres_unreachable():
         sys.exit(f"append bench: {reason}")
@@ -466,6 +522,10 @@ def main() -> None:
     codes = ([("old", args.code)] if args.code else []) + [("new", None)]
     if args.alternate:
         alternate(codes, args.alternate, 6.0)
+        return
+    if args.big:
+        with tempfile.TemporaryDirectory(prefix="append-bench-") as tmp:
+            big_run(codes, big_steps, 20.0 if not args.quick else seconds, args.big, Path(tmp))
         return
     print("### Statements per small append (PostgreSQL)\n")
     rows = []
@@ -501,18 +561,32 @@ def main() -> None:
         print(table(LOAD_HEADERS, paced_rows))
         print(f"\n### Small appends, {CLIENTS} clients, closed loop: max sustained rate ({seconds:.0f} s)\n")
         print(table(LOAD_HEADERS, closed_rows))
-        with postgres_store() as store:
-            progress(f"building a run of {big_steps:,} steps x {len(TAGS8)} tags")
-            name = build_big_run(store.url, big_steps)
-            rows, first = [], big_steps
-            for label, code, deferred in [(label, code, False) for label, code in codes] + [("new", None, True)]:
-                progress(f"appends to the big run: {label}{', analysis deferred' if deferred else ''}")
-                load, first = big_appends(store.url, name, first, code, deferred, seconds, workdir)
-                rows.append(load_row(case_label(label, 1, deferred), load))
-        print(f"\n### 10-point appends to a run of {big_steps * len(TAGS8):,} points, one client at {BIG_RATE:.0f} req/s "
-              f"({seconds:.0f} s)\n")
-        print(table(LOAD_HEADERS, rows))
+        big_run(codes, big_steps, seconds, 1, workdir)
 
+
+def big_run(codes: list[tuple[str, Path | None]], steps: int, seconds: float, rounds: int, workdir: Path) -> None:
+    """The 10M-point run's tables: over HTTP, each code in turn `rounds` times, then the new
+    code with the analysis deferred; then in process, each code twice in turn."""
+    with postgres_store() as store:
+        progress(f"building a run of {steps:,} steps x {len(TAGS8)} tags")
+        name = build_big_run(store.url, steps)
+        rows, first = [], steps
+        cases = [(label, code, False) for _ in range(rounds) for label, code in codes] + [("new", None, True)]
+        for label, code, deferred in cases:
+            progress(f"appends to the big run: {label}{', analysis deferred' if deferred else ''}")
+            load, first = big_appends(store.url, name, first, code, deferred, seconds, workdir)
+            rows.append(load_row(case_label(label, 1, deferred), load) + split_ms(load))
+        in_process = []
+        for _ in range(2):
+            for label, code in codes:
+                progress(f"appends to the big run in process: {label}")
+                (analysed, deferred), first = big_in_process(store.url, name, first, code, 30)
+                in_process.append([label, *(f"{x * 1000:.2f}" for x in analysed + deferred)])
+    print(f"\n### 10-point appends to a run of {steps * len(TAGS8):,} points, one client at {BIG_RATE:.0f} req/s "
+          f"({seconds:.0f} s{', each code in turn' if rounds > 1 else ''})\n")
+    print(table(LOAD_HEADERS + ["analysed p50 ms", "analysed max ms", "others p99 ms"], rows))
+    print("\n### 10-point appends to that run in process (no HTTP), medians, each code twice in turn\n")
+    print(table(["code", "analysed wall ms", "analysed CPU ms", "deferred wall ms", "deferred CPU ms"], in_process))
 
 if __name__ == "__main__":
     main()

@@ -73,7 +73,15 @@ class Event:
     reason: str = ""
 
 
-_INHIBITORS = {Kind.NONFINITE.value, Kind.DIVERGENCE.value}
+INHIBITORS = frozenset({Kind.NONFINITE.value, Kind.DIVERGENCE.value})
+
+
+def consulted(current: list[Alert]) -> tuple[set[str], set[str]]:
+    """What `evaluate` reads of the stored alerts besides the open ones, for these current
+    alerts: (the ids of the current alerts, the tags of their loss spikes, on which stored
+    `INHIBITORS` may inhibit them).  A resolved alert outside both changes nothing, so a
+    long run's history of resolved alerts need not be read."""
+    return {a.id for a in current}, {a.finding.tag for a in current if a.finding.kind is Kind.LOSS_SPIKE}
 
 
 def evaluate(
@@ -159,10 +167,10 @@ def _inhibitions(current: list[Alert], settled: list[AlertRecord] = ()) -> dict[
     (one in `current`, or a settled one: final in an earlier analysis)."""
     by_tag: dict[str, list[tuple[int, Severity, str]]] = {}
     for a in current:
-        if a.finding.kind.value in _INHIBITORS:
+        if a.finding.kind.value in INHIBITORS:
             by_tag.setdefault(a.finding.tag, []).append((a.finding.start_step, a.finding.severity, a.id))
     for r in settled:
-        if r.kind in _INHIBITORS:
+        if r.kind in INHIBITORS:
             by_tag.setdefault(r.tag, []).append((r.start_step, Severity[r.severity.upper()], r.id))
     out = {}
     for a in current:
