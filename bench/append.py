@@ -410,6 +410,31 @@ def build_big_run(url: str, steps: int) -> str:
     return name
 
 
+BUILD_SNIPPET = textwrap.dedent("""
+    import dataclasses, sys
+    import numpy as np
+    import bench.append as bench
+    plain = bench.points
+    def points(*args, **kwargs):  # the values this checkout's bench builds: float32, as an event file holds them
+        p = plain(*args, **kwargs)
+        return dataclasses.replace(p, value=p.value.astype(np.float32).astype(np.float64))
+    bench.points = points
+    print(bench.build_big_run(sys.argv[1], int(sys.argv[2])))
+""")
+
+
+def build_with(code: Path | None, url: str, steps: int) -> str:
+    """The big run built and analysed by this code (None: this checkout) in the schema at
+    `url`: each code's store is at its own schema revision, its state in its own format,
+    as a deployment of that code would have it."""
+    if code is None:
+        return build_big_run(url, steps)
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    out = subprocess.run([sys.executable, "-c", BUILD_SNIPPET, url, str(steps)], env=env, cwd=code,
+                         stdout=subprocess.PIPE, check=True, text=True)
+    return out.stdout.strip()
+
+
 BIG_SNIPPET = textwrap.dedent("""
     import json, statistics, sys, time
     from app.service.ingest import ingest_json
@@ -566,21 +591,27 @@ def main() -> None:
 
 def big_run(codes: list[tuple[str, Path | None]], steps: int, seconds: float, rounds: int, workdir: Path) -> None:
     """The 10M-point run's tables: over HTTP, each code in turn `rounds` times, then the new
-    code with the analysis deferred; then in process, each code twice in turn."""
-    with postgres_store() as store:
-        progress(f"building a run of {steps:,} steps x {len(TAGS8)} tags")
-        name = build_big_run(store.url, steps)
-        rows, first = [], steps
+    code with the analysis deferred; then in process, each code twice in turn.  Each code
+    appends to a run of its own, built and analysed by it."""
+    with contextlib.ExitStack() as stack:
+        built = {}  # label -> [url, run name, the step its next append starts at]
+        for label, code in codes:
+            url = stack.enter_context(postgres_store()).url
+            progress(f"building a run of {steps:,} steps x {len(TAGS8)} tags with the {label} code")
+            built[label] = [url, build_with(code, url, steps), steps]
+        rows = []
         cases = [(label, code, False) for _ in range(rounds) for label, code in codes] + [("new", None, True)]
         for label, code, deferred in cases:
             progress(f"appends to the big run: {label}{', analysis deferred' if deferred else ''}")
-            load, first = big_appends(store.url, name, first, code, deferred, seconds, workdir)
+            url, name, first = built[label]
+            load, built[label][2] = big_appends(url, name, first, code, deferred, seconds, workdir)
             rows.append(load_row(case_label(label, 1, deferred), load) + split_ms(load))
         in_process = []
         for _ in range(2):
             for label, code in codes:
                 progress(f"appends to the big run in process: {label}")
-                (analysed, deferred), first = big_in_process(store.url, name, first, code, 30)
+                url, name, first = built[label]
+                (analysed, deferred), built[label][2] = big_in_process(url, name, first, code, 30)
                 in_process.append([label, *(f"{x * 1000:.2f}" for x in analysed + deferred)])
     print(f"\n### 10-point appends to a run of {steps * len(TAGS8):,} points, one client at {BIG_RATE:.0f} req/s "
           f"({seconds:.0f} s{', each code in turn' if rounds > 1 else ''})\n")
