@@ -26,6 +26,18 @@ evaluation taken from second differences of the last `noise_points` evaluations.
   evaluations at 1% noise and per 1,000 at 2%, most in the first ten, and none at 0.5%
   (tests/test_overfitting.py); real eval losses, averages over an eval set, fall steeply
   over their first evaluations.
+* On a **dense** eval series (a best that is the lowest of more than `dense_pool`, 1,000,
+  evaluations: an eval loss logged every few steps), patience grows by 3 for each doubling
+  of that count (6 at 2,000, 23 at 100,000), a rise that closes keeps the count, and the
+  train level below takes the last `train_points` train points.  The noise of 64
+  evaluations swings (0.024 for a true 0.042 where bench/scale.py's run, eval loss at every
+  step with 2% noise, rose falsely), and the best's sqrt(2 ln m) sigmas are counted in it:
+  three evaluations in a row then cross the margin by chance, 9 times in 100,000 there.
+  With the growing patience: none past the first 1,000 of 300,000 (1% and 2% noise, 4
+  seeds), while a rise of 20% per 20,000 steps is still found, and judged against a train
+  level of 64 points rather than one (tests/test_overfitting.py).  Below 1,000 evaluations
+  (Keras epochs, Marian every 5k updates, the trained runs' 50-step evaluations) nothing
+  changes.
 * The train loss level at the best step and at the latest evaluation is the median of the
   train points logged since the evaluation before it (at most `train_points`): risen by
   more than `train_tolerance` (2%) and 3 noise sigmas is "rose with it".  Without a train
@@ -58,6 +70,7 @@ class OverfittingConfig:
     train_tolerance: float = 0.02  # the train loss "rose with it" by more than 2%
     train_points: int = 64  # train points in a level: those since the evaluation before
     learned_share: float = 0.05  # no train loss: fell 5% to its best first, or it is a divergence
+    dense_pool: int = 1000  # past a best of this many evaluations (dense), patience grows with it
 
 
 @dataclass(frozen=True)
@@ -148,6 +161,19 @@ class EvalRiseDetector:
         bias = np.sqrt(2 * np.log(np.maximum(np.asarray(pool, float), 1.0)))
         return np.maximum(c.min_rise * np.abs(best), (c.z + bias) * np.asarray(sigma))
 
+    def _patience(self, pool: np.ndarray | int) -> np.ndarray:
+        """Evaluations in a row above the margin that open a rise, for a best that is the
+        lowest of `pool` evaluations: `patience`, and past `dense_pool` 3 more per doubling
+        of `pool`.  A false rise needs that many in a row above a margin set by a noise
+        estimate that, over thousands of evaluations, is sometimes 40% low; each doubling
+        of the evaluations doubles the chances to meet such a stretch, each 3 more
+        evaluations in a row cut them many times over (a flat eval loss at every step with
+        2% noise: 9 rises in 100,000 evaluations at patience 3, none past the first 1,000 of
+        300,000 this way)."""
+        c = self.config
+        doublings = np.log2(np.maximum(np.asarray(pool, float), c.dense_pool) / c.dense_pool)
+        return np.ceil(c.patience * (1 + doublings)).astype(np.int64)
+
     def _quiet(self, x: _Rise, v: np.ndarray, at: np.ndarray, sigma: np.ndarray, j: int) -> int:
         """New bests and evaluations within the margin, up to the next streak above it that
         may reach `patience` (looked for a bounded stretch at a time, so a long noisy series
@@ -161,7 +187,7 @@ class EvalRiseDetector:
         pool = x.pool + 1 + np.arange(end - j)
         with np.errstate(invalid="ignore"):
             up = ~is_new & np.isfinite(before) & (v[j:end] >= before + self._margin(before, sigma[j:end], pool))
-        k = _streak_start(up, self.config.patience)
+        k = _streak_start(up, self._patience(pool))
         if k:
             better = np.flatnonzero(is_new[:k])
             if len(better):
@@ -197,7 +223,10 @@ class EvalRiseDetector:
         self._remember(x, v[i : i + 1], at[i : i + 1])
         over = replace(s, **x.fields(self.config.patience), now=float(v[i]), now_step=int(at[i]))
         closed.append(self._finding(over, tag, end=int(at[i])))
-        x.open, x.evals, x.pool, x.streak, x.best, x.best_step, x.worst, x.worst_step = False, 0, 1, 0, float(v[i]), int(at[i]), math.nan, -1
+        # on a dense series the evaluation back is the first of thousands of noisy ones to
+        # come below the line, no fresh best of one: the count goes on
+        pool = x.pool if x.pool > self.config.dense_pool else 1
+        x.open, x.evals, x.pool, x.streak, x.best, x.best_step, x.worst, x.worst_step = False, 0, pool, 0, float(v[i]), int(at[i]), math.nan, -1
         x.gate = math.nan
         return i + 1
 
@@ -208,7 +237,6 @@ class EvalRiseDetector:
 
     def _streak_step(self, x: _Rise, v: float, at: int, sigma: float) -> None:
         """One evaluation while a streak above the margin may be building."""
-        c = self.config
         self._remember(x, np.array([v]), np.array([at]))
         x.evals += 1
         x.pool += 1
@@ -219,13 +247,14 @@ class EvalRiseDetector:
         if v < x.best + margin:
             x.streak = 0
             return
+        if x.streak == 0 or not v <= x.worst:  # the streak's highest, told once it opens (NaN: not yet kept)
+            x.worst, x.worst_step = v, at
         x.streak += 1
-        if x.streak < c.patience or (v <= min(x.recent) and len(x.recent) > 1):
+        if x.streak < int(self._patience(x.pool)) or (v <= min(x.recent) and len(x.recent) > 1):
             return  # not yet, or coming back down
         if sigma == 0 and any(b <= a for a, b in zip(x.recent, x.recent[1:])):
             return  # noise not known yet (under 10 evaluations): only a rise at every step counts
-        worst = int(np.argmax(x.recent))
-        x.streak, x.open, x.gate, x.worst, x.worst_step = 0, True, margin, float(x.recent[worst]), int(x.recent_step[worst])
+        x.streak, x.open, x.gate = 0, True, margin
 
     def _open(self, s: EvalRiseState, tag: str) -> list[Finding]:
         return [self._finding(s, tag, end=None)] if s.open else []
@@ -247,17 +276,18 @@ class EvalRiseDetector:
             remediation="",
             evidence={
                 "best_step": s.best_step, "best": s.best, "now": s.now, "now_step": s.now_step, "worst": s.worst,
-                "rise": rise, "evaluations": s.evals, "first": s.first,
+                "rise": rise, "evaluations": s.evals, "first": s.first, "lowest_of": s.pool - s.evals,
             },
         )
 
 
-def _streak_start(up: np.ndarray, patience: int) -> int:
-    """Where the first run of `up` that reaches `patience`, or runs to the end (it may go on
-    past it), begins; len(up) when there is none."""
+def _streak_start(up: np.ndarray, patience: np.ndarray) -> int:
+    """Where the first run of `up` that reaches its `patience` (that of the evaluation it
+    reaches it at; never falling along a run), or runs to the end (it may go on past it),
+    begins; len(up) when there is none."""
     runs = run_lengths(up)
     long = np.flatnonzero(runs >= patience)
-    k = int(long[0]) - patience + 1 if len(long) else len(up)
+    k = int(long[0] - patience[long[0]]) + 1 if len(long) else len(up)
     if len(up) and up[-1]:
         k = min(k, len(up) - int(runs[-1]))
     return k
@@ -296,7 +326,8 @@ def judge(rise: Finding, eval_series: Series, train: Series | None, config: Over
         if rise.ongoing
         else f"{rise.tag} rose after its best at step {best_step}: {size}, back by step {rise.end_step} ({evals})"
     )
-    change = _train_change(train, eval_series.fstep, best_step, upto, config) if train is not None else None
+    dense = e.get("lowest_of", 0) > config.dense_pool  # a rise kept from an older version: as before
+    change = _train_change(train, eval_series.fstep, best_step, upto, config, dense) if train is not None else None
     if change is not None:
         t0, t1, moved = change
         if moved == "rose":
@@ -343,11 +374,12 @@ def _divergence(rise: Finding, text: str, evidence: dict) -> Finding:
 
 
 def _train_change(
-    train: Series, eval_steps: np.ndarray, best_step: int, upto: int, config: OverfittingConfig
+    train: Series, eval_steps: np.ndarray, best_step: int, upto: int, config: OverfittingConfig, dense: bool
 ) -> tuple[float, float, str] | None:
     """The train loss level at the best step and at `upto` (the median of the train points
-    logged since the evaluation before each, at most `train_points`), and whether it fell,
-    stayed flat or rose between them."""
+    logged since the evaluation before each, at most `train_points`; on a `dense` eval
+    series, the last `train_points` whatever the evaluations), and whether it fell, stayed
+    flat or rose between them."""
     s, v = train.fstep, train.fvalue
     levels = []
     for at in (best_step, upto):
@@ -355,7 +387,7 @@ def _train_change(
         if b == 0:
             return None
         i = int(np.searchsorted(eval_steps, at))  # this evaluation; the one before it, if any
-        since = int(np.searchsorted(s, eval_steps[i - 1], side="right")) if i > 0 else 0
+        since = int(np.searchsorted(s, eval_steps[i - 1], side="right")) if i > 0 and not dense else 0
         levels.append(v[max(since, b - config.train_points, 0) : b] if since < b else v[b - 1 : b])
     then, now = levels
     t0, t1 = float(median(then)), float(median(now))

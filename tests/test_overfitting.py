@@ -13,6 +13,7 @@ from analyzers.findings import Kind, Severity
 from analyzers.overfitting import EvalRiseDetector
 from analyzers.roles import Role, infer_role
 from analyzers.series import TagWrites, prepare_run
+from analyzers.stream import feed_in_pieces
 from app.analysis import analyze
 from app.ingest.sources import read_path
 from tests.conftest import REPO
@@ -209,3 +210,42 @@ def test_a_validation_rise_told_as_overfitting_is_not_also_a_spike():
     train = 2.2 - 0.4 * train_steps / train_steps[-1] + 0.01 * rng.standard_normal(len(train_steps))
     findings = analyze_run(run({"train/loss": (train_steps, train), "val/loss": (steps, val)}))
     assert [(f.kind, f.tag) for f in findings if f.tag == "val/loss"] == [(Kind.OVERFITTING, "val/loss")]
+
+
+# -- dense eval series: an eval loss logged at every step (issue 10, "never cry wolf") --------
+
+
+def dense_run(noise: float, seed: int, rise_from: int | None = None, n: int = 100_000):
+    """bench/scale.py's healthy run: a train loss falling to a flat 2 with
+    `noise`, and an eval loss at every step, 5% above it with the same noise; from
+    `rise_from`, the eval loss climbs 20% per 20,000 steps while the train loss stays flat."""
+    step = np.arange(n)
+    train = (2 + 3 * np.exp(-step / 3000)) * (1 + noise * np.random.default_rng(seed).standard_normal(n))
+    rise = 1 + 0.2 * np.clip((step - rise_from) / 20_000, 0, None) if rise_from is not None else 1
+    return run({"train/loss": (step, train), "eval/loss": (step, 1.05 * train * rise)})
+
+
+@pytest.mark.parametrize("noise", [0.01, 0.02])
+def test_a_long_flat_noisy_eval_loss_at_every_step_stays_silent(noise):
+    """The best of 100,000 noisy evaluations is an outlier and the noise of 64 of them swings:
+    with a patience of 3 whatever the count, this run told 9 rises, 8 as divergences (the
+    train level at an evaluation was its one noisy point)."""
+    findings = analyze_run(dense_run(noise, seed=1))
+    assert [f.message for f in findings if f.kind in (Kind.OVERFITTING, Kind.DIVERGENCE)] == []
+
+
+@pytest.mark.parametrize("noise", [0.01, 0.02])
+def test_a_rise_on_an_eval_loss_at_every_step_is_found_and_judged_on_train_levels(noise):
+    findings = analyze_run(dense_run(noise, seed=0, rise_from=70_000))
+    [f] = [f for f in findings if f.kind in (Kind.OVERFITTING, Kind.DIVERGENCE)]
+    assert (f.kind, f.ongoing, f.evidence["train"]) == (Kind.OVERFITTING, True, "flat")
+    assert f.start_step < 70_000 and f.evidence["rise"] > 0.3
+
+
+def test_a_dense_eval_rise_fed_in_pieces_is_found_as_at_once():
+    series = dense_run(0.02, seed=3, rise_from=30_000, n=50_000).series["eval/loss"]
+    rng = np.random.default_rng(4)
+    cuts = sorted(set(rng.integers(1, len(series), 40).tolist()) | set(range(34_800, 35_100)))  # it opens at 34,956
+    detector = EvalRiseDetector()
+    whole = detector.detect(series)
+    assert whole and feed_in_pieces(detector, series.step, series.value, cuts, series.tag) == whole

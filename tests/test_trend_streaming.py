@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analyzers.overfitting import EvalRiseDetector
+from analyzers.overfitting import EvalRiseDetector, OverfittingConfig
 from analyzers.plateau import InitialLevelDetector, ZeroLRDetector
 from analyzers.roles import Role
 from analyzers.series import Series, TagWrites, prepare_run
@@ -101,6 +101,14 @@ def test_eval_initial_level_in_pieces(case):
 @given(splits(Role.EVAL_LOSS))
 def test_eval_rise_in_pieces(case):
     same_in_pieces(EvalRiseDetector(), *case)
+
+
+@SETTINGS
+@given(splits(Role.EVAL_LOSS))
+def test_eval_rise_with_a_growing_patience_in_pieces(case):
+    """Past `dense_pool` evaluations patience grows with the count: with a small one, these
+    short series take that path."""
+    same_in_pieces(EvalRiseDetector(OverfittingConfig(dense_pool=4)), *case)
 
 
 @SETTINGS
