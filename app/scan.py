@@ -61,13 +61,14 @@ from app.store.db import Store
 from app.store.runs import StoredFile
 from app.updates import (
     Applied,
-    BatchReads,
+    Assessment,
     Reported,
     Storing,
+    alerts_to_evaluate,
     analyze_locked,
     apply,
+    assess_batch,
     assess_runs,
-    batch_reads,
     check_liveness,
     store_points,
     store_points_of_runs,
@@ -457,10 +458,8 @@ def _store_reads(store: Store, reads: list[_Read], options: _Options, outcome: S
         for read, _ in stored:
             outcome.changed += 1
             outcome.points += len(read.points)
-        if not options.apart:
-            batch = batch_reads(conn, [run.id for run in analysed]) if analysed else None
-            for run in analysed:
-                _reassess(conn, run, options, now, outcome, batch)
+        if not options.apart and analysed:
+            _apply_all(conn, assess_batch(conn, analysed, options.config), options, now, outcome)
     if options.apart:
         _analyse_apart(store, analysed, options, outcome)
 
@@ -518,13 +517,20 @@ def _holder(options: _Options) -> Callable[[object, list[Reported]], None] | Non
     return lambda conn, changes: reports.hold(conn, [e.id for e in changes], reporter.claim, options.clock() + REPORT_LEASE)
 
 
-def _reassess(conn, run: stored_runs.StoredRun, options: _Options, now: float, outcome: ScanOutcome,
-              batch: BatchReads | None = None) -> None:
+def _reassess(conn, run: stored_runs.StoredRun, options: _Options, now: float, outcome: ScanOutcome) -> None:
     """Re-analyse the run (as `store_points` left it, locked) in the caller's transaction; a
     reporter holds the changes until printed.  A failed analysis is a problem of that run:
-    the scan goes on with the next.  `batch`: what its analysis reads, read with the other
-    runs of its batch."""
-    _record(conn, run, analyze_locked(conn, run, options.config, options.webhooks, now, batch), options, now, outcome)
+    the scan goes on with the next."""
+    _record(conn, run, analyze_locked(conn, run, options.config, options.webhooks, now), options, now, outcome)
+
+
+def _apply_all(conn, assessed: list[tuple[stored_runs.StoredRun, Assessment]], options: _Options, now: float,
+               outcome: ScanOutcome) -> None:
+    """Apply a batch's analyses (each run: its row as locked in `conn`), the alerts their
+    evaluations need read in one query; as `_reassess` does, run by run."""
+    alerts = alerts_to_evaluate(conn, assessed)
+    for run, assessment in assessed:
+        _record(conn, run, apply(conn, run, assessment, options.webhooks, now, options.config, alerts[run.id]), options, now, outcome)
 
 
 def _analyse_apart(store: Store, runs: list[stored_runs.StoredRun], options: _Options, outcome: ScanOutcome) -> None:
@@ -541,11 +547,7 @@ def _analyse_apart(store: Store, runs: list[stored_runs.StoredRun], options: _Op
         for source in sorted({run.source for run, _ in assessed}):
             names = [run.name for run, _ in assessed if run.source == source]
             locked |= {(source, name): run for name, run in stored_runs.lock_runs(conn, source, names, now).items()}
-        alerts = stored_alerts.load_alerts_of_runs(conn, [run.id for run, _ in assessed])
-        for run, assessment in assessed:
-            current = locked[run.source, run.name]
-            applied = apply(conn, current, assessment, options.webhooks, now, options.config, alerts[run.id])
-            _record(conn, current, applied, options, now, outcome)
+        _apply_all(conn, [(locked[run.source, run.name], assessment) for run, assessment in assessed], options, now, outcome)
 
 
 def _analyse_owed(store: Store, sources: list[str], options: _Options, outcome: ScanOutcome) -> None:

@@ -7,7 +7,7 @@ reads, and `analyze_now` runs the two phases in transactions of its own."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -119,17 +119,25 @@ def assess(conn: Connection, run: StoredRun, config: AnalysisConfig) -> Assessme
 
 
 def assess_runs(conn: Connection, runs: Sequence[StoredRun], config: AnalysisConfig) -> list[tuple[StoredRun, Assessment]]:
-    """`assess` of each run still stored, their rows and saved states read in one query each."""
-    ids = [run.id for run in runs]
-    current = stored_runs.runs_by_id(conn, ids)
-    batch = BatchReads(streams.load_states(conn, ids), {})
-    return [(current[run.id], _assessed(conn, current[run.id], config, batch)) for run in runs if run.id in current]
+    """`assess` of each run still stored, their rows read in one query."""
+    current = stored_runs.runs_by_id(conn, [run.id for run in runs])
+    return assess_batch(conn, [current[run.id] for run in runs if run.id in current], config)
 
 
-def _assessed(conn: Connection, run: StoredRun, config: AnalysisConfig, batch: BatchReads | None = None) -> Assessment:
-    """`assess` of the run as `run` says it stands in `conn`'s view."""
+def assess_batch(conn: Connection, runs: Sequence[StoredRun], config: AnalysisConfig) -> list[tuple[StoredRun, Assessment]]:
+    """`assess` of runs as their rows say they stand in `conn`'s view (locked, or read in
+    it), their saved states read in one query: a scan analyses dozens of runs per
+    transaction, and a statement per run was a twentieth of a cron tick."""
+    states = streams.load_states(conn, [run.id for run in runs])
+    return [(run, _assessed(conn, run, config, states)) for run in runs]
+
+
+def _assessed(conn: Connection, run: StoredRun, config: AnalysisConfig,
+              states: Mapping[int, SavedState] | None = None) -> Assessment:
+    """`assess` of the run as `run` says it stands in `conn`'s view (`states`: a batch's
+    saved states, see `incremental.advance`)."""
     try:
-        done = incremental.advance(conn, run, config, batch.states if batch is not None else None)
+        done = incremental.advance(conn, run, config, states)
     except AnalysisFailed as e:
         return Assessment(run.points, run.last_step, [], error=e.reason)
     return Assessment(run.points, run.last_step, done.alerts, health=done.health.to_dict(), stream=done.advance,
@@ -145,9 +153,8 @@ def apply(
     assessment older than the last one applied is dropped (two analyses of a run can finish
     out of order); one that missed points stored since leaves the run waiting for the next
     analysis.  A failed analysis is recorded on the run (the API and UI show it) and stops
-    waiting: the next points stored try again.  `stored`: the run's alerts as stored, when
-    already read (`BatchReads`); None: only those the evaluation can change or consult are
-    read (`_alerts_to_evaluate`)."""
+    waiting: the next points stored try again.  `stored`: the run's alerts the evaluation
+    can change or consult, when already read with a batch's (`alerts_to_evaluate`)."""
     if run.analyzed_points is not None and assessment.points < run.analyzed_points:
         return Applied([])
     done = {"analyzed_at": now, "analysis_error": assessment.error}
@@ -159,7 +166,7 @@ def apply(
     if assessment.stream is not None and not incremental.save(conn, run.id, assessment.stream):
         return Applied([])  # another analysis of the run was applied meanwhile: the run waits for the next
     if stored is None:
-        stored = _alerts_to_evaluate(conn, run.id, assessment.current)
+        stored = alerts_to_evaluate(conn, [(run, assessment)])[run.id]
     detected = {k: r for k, r in stored.items() if r.kind != liveness.STALE}  # judged by time, below
     changes = record_changes(conn, run, detected, assessment.current, assessment.last_step, webhooks, now,
                              assessment.vanishing)
@@ -168,12 +175,17 @@ def apply(
     return Applied(changes + refresh_liveness(conn, run, config, webhooks, now, stored))
 
 
-def _alerts_to_evaluate(conn: Connection, run_id: int, current: list[Alert]) -> dict[str, AlertRecord]:
-    """The run's stored alerts that evaluating `current` can change or consult (see
+def alerts_to_evaluate(conn: Connection, assessed: Sequence[tuple[StoredRun, Assessment]]) -> dict[int, dict[str, AlertRecord]]:
+    """Run id -> its stored alerts that evaluating its assessment can change or consult (see
     `lifecycle.consulted`): the open ones, those reported again, and the NaN and divergence
-    alerts on the tags of reported spikes."""
-    ids, spike_tags = consulted(current)
-    return stored_alerts.load_alerts_to_evaluate(conn, run_id, ids, INHIBITORS, spike_tags)
+    alerts on the tags of reported spikes; one query for them all."""
+    ids: set[str] = set()
+    spike_tags: set[str] = set()
+    for _, assessment in assessed:
+        reported, tags = consulted(assessment.current)
+        ids |= reported
+        spike_tags |= tags
+    return stored_alerts.load_alerts_to_evaluate_of_runs(conn, [run.id for run, _ in assessed], ids, INHIBITORS, spike_tags)
 
 
 def record_changes(
@@ -264,30 +276,12 @@ def reassess(conn: Connection, run: StoredRun, config: AnalysisConfig, webhooks:
     return apply(conn, run, assess(conn, run, config), webhooks, now, config)
 
 
-def analyze_locked(conn: Connection, run: StoredRun, config: AnalysisConfig, webhooks: Sequence[str], now: float,
-                   batch: BatchReads | None = None) -> Applied:
+def analyze_locked(conn: Connection, run: StoredRun, config: AnalysisConfig, webhooks: Sequence[str], now: float) -> Applied:
     """Analyse and apply in the transaction that has just stored the run's points under its
     lock (`run`: the row as `store_points` left it).  For a small append to a run analysed up
     to date: the analysis costs what the points posted bring, and one transaction does what
-    `analyze_now` needs three for (a third of an analysed append's round trips).  `batch`:
-    what the analysis reads of each run, read for a batch of runs this one is in."""
-    stored = batch.alerts[run.id] if batch is not None else None
-    return apply(conn, run, _assessed(conn, run, config, batch), webhooks, now, config, stored)
-
-
-@dataclass(frozen=True)
-class BatchReads:
-    """What analysing a run reads before feeding it (its saved state) and before applying
-    (its alerts), read for a batch of locked runs at once: a scan analyses dozens of runs
-    per transaction, and two statements per run were a twentieth of a cron tick.  Valid
-    until one of them is analysed, which changes only its own."""
-
-    states: dict[int, SavedState]
-    alerts: dict[int, dict[str, AlertRecord]]
-
-
-def batch_reads(conn: Connection, run_ids: list[int]) -> BatchReads:
-    return BatchReads(streams.load_states(conn, run_ids), stored_alerts.load_alerts_of_runs(conn, run_ids))
+    `analyze_now` needs three for (a third of an analysed append's round trips)."""
+    return apply(conn, run, _assessed(conn, run, config), webhooks, now, config)
 
 
 def analyze_now(store: Store, run: StoredRun, config: AnalysisConfig, webhooks: Sequence[str], now: float) -> Applied:

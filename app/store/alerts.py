@@ -19,31 +19,35 @@ def load_alerts(conn: Connection, run_id: int) -> dict[str, AlertRecord]:
     return {row.id: _record(row) for row in conn.execute(_LOAD_ALERTS, {"run_id": run_id})}
 
 
-def load_alerts_of_runs(conn: Connection, run_ids: list[int]) -> dict[int, dict[str, AlertRecord]]:
-    """`load_alerts` of several runs in one query (a scan's batch): every run id is a key."""
-    out: dict[int, dict[str, AlertRecord]] = {run_id: {} for run_id in run_ids}
-    for row in conn.execute(_LOAD_ALERTS_OF_RUNS, {"run_ids": run_ids}):
-        out[row.run_id][row.id] = _record(row)
-    return out
-
-
 def load_alerts_to_evaluate(
     conn: Connection, run_id: int, ids: Iterable[str], inhibiting: Iterable[str], tags: Iterable[str]
 ) -> dict[str, AlertRecord]:
-    """Of the run's alerts, those an evaluation of an analysis (`lifecycle.evaluate`) can
-    change or consult, in one query: the open ones (each resolves once no longer seen), those
-    of these ids (the analysis reports them: a resolved one reported over again is left as
-    it is, not fired again) and those of these kinds on these tags (a resolved NaN or
-    divergence still inhibits the lesser spikes after it on its tag).  The others are
-    resolved and cannot change: a run's history of alerts grows without bound, and reading
-    it all (decoding every finding) was a third of an analysed append to a long run.  More
-    than `MAX_IDS` ids (a first analysis of a long run reporting its whole history) read
-    every alert instead: a statement takes a bounded number of parameters."""
+    """`load_alerts_to_evaluate_of_runs` of one run (an analysed append)."""
+    return load_alerts_to_evaluate_of_runs(conn, [run_id], ids, inhibiting, tags)[run_id]
+
+
+def load_alerts_to_evaluate_of_runs(
+    conn: Connection, run_ids: list[int], ids: Iterable[str], inhibiting: Iterable[str], tags: Iterable[str]
+) -> dict[int, dict[str, AlertRecord]]:
+    """Of these runs' alerts, those an evaluation of their analyses (`lifecycle.evaluate`) can
+    change or consult, in one query (every run id is a key): the open ones (each resolves
+    once no longer seen), those of these ids (the analyses report them: a resolved one
+    reported over again is left as it is, not fired again) and those of these kinds on these
+    tags (a resolved NaN or divergence still inhibits the lesser spikes after it on its
+    tag).  The others are resolved and cannot change: a run's history of alerts grows
+    without bound, and reading it all (decoding every finding) was a third of an analysed
+    append to a long run.  Ids and tags of a batch's runs are asked of all of them: an
+    alert read beyond a run's own needs changes nothing of its evaluation.  More than
+    `MAX_IDS` ids (a first analysis of a long run reporting its whole history) read every
+    alert instead: a statement takes a bounded number of parameters."""
     ids = sorted(set(ids))
     if len(ids) > MAX_IDS:
-        return load_alerts(conn, run_id)
-    params = {"run_id": run_id, "ids": ids, "kinds": sorted(set(inhibiting)), "tags": sorted(set(tags))}
-    return {row.id: _record(row) for row in conn.execute(_LOAD_TO_EVALUATE, params)}
+        return {run_id: load_alerts(conn, run_id) for run_id in run_ids}
+    out: dict[int, dict[str, AlertRecord]] = {run_id: {} for run_id in run_ids}
+    params = {"run_ids": run_ids, "ids": ids, "kinds": sorted(set(inhibiting)), "tags": sorted(set(tags))}
+    for row in conn.execute(_LOAD_TO_EVALUATE, params):
+        out[row.run_id][row.id] = _record(row)
+    return out
 
 
 MAX_IDS = 1000  # well within SQLite's 32,766 and PostgreSQL's 65,535 parameters a statement
@@ -51,16 +55,16 @@ MAX_IDS = 1000  # well within SQLite's 32,766 and PostgreSQL's 65,535 parameters
 
 # Built once: every analysed append runs one.
 _LOAD_ALERTS = sa.select(alerts, runs.c.name).join(runs, runs.c.id == alerts.c.run_id).where(alerts.c.run_id == sa.bindparam("run_id"))
-_LOAD_TO_EVALUATE = _LOAD_ALERTS.where(
+_LOAD_ALERTS_OF_RUNS = (
+    sa.select(alerts, runs.c.name).join(runs, runs.c.id == alerts.c.run_id)
+    .where(alerts.c.run_id.in_(sa.bindparam("run_ids", expanding=True)))
+)
+_LOAD_TO_EVALUATE = _LOAD_ALERTS_OF_RUNS.where(
     sa.or_(
         alerts.c.state != State.RESOLVED.value,
         alerts.c.id.in_(sa.bindparam("ids", expanding=True)),
         sa.and_(alerts.c.kind.in_(sa.bindparam("kinds", expanding=True)), alerts.c.tag.in_(sa.bindparam("tags", expanding=True))),
     )
-)
-_LOAD_ALERTS_OF_RUNS = (
-    sa.select(alerts, runs.c.name).join(runs, runs.c.id == alerts.c.run_id)
-    .where(alerts.c.run_id.in_(sa.bindparam("run_ids", expanding=True)))
 )
 
 
