@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 
 import pytest
 
 from app.ingest.problems import IngestError
-from app.service import ingest
+from app.service import append_groups, ingest
 from app.service.append_groups import AppendGroups
 from app.service.errors import ApiError
 from app.service.ingest import PostedPoints, analyse_written, ingest_json, ingest_json_group, write_json_group
@@ -114,7 +115,11 @@ def test_posts_are_answered_once_committed_and_keep_their_run_order(store, inter
 
     seen = asyncio.run(main())
     analysed = sum(analysis == "done" for _, _, _, analysis in seen)
-    assert len(seen) == 41 and analysed == (41 if interval == 0 else 4)  # deferred: each run's first post only
+    assert len(seen) == 41 and {analysis for _, _, _, analysis in seen} <= {"done", "deferred"}
+    if interval:
+        assert analysed == 4  # each run's first post only
+    else:  # every post due: as many analysed as groups written, one at a time, the others deferred
+        assert 4 <= analysed < 41
     assert all(first in steps for _, first, steps, _ in seen)
     with store.read() as conn:
         (run,) = stored_runs.find_runs(conn, "r0", "http")
@@ -157,3 +162,62 @@ def test_a_post_is_not_held_up_by_the_analysis_due_with_another(store, monkeypat
     with store.read() as conn:
         (b,) = stored_runs.find_runs(conn, "b", "http")
     assert b.analyzed_points == 10
+
+
+def test_of_a_groups_posts_due_only_the_first_waits_for_its_analysis(store):
+    posts, settings = [posted("a", 0), posted("b", 0), posted("c", 0)], Settings(analysis_interval=0.0)
+    written = write_json_group(store, posts, settings).deferring(1)
+    assert written.waiting == {0}
+    assert [a.analysis for a in written.answers] == ["none", "deferred", "deferred"]
+    analyse_written(store, posts, written, settings)
+    assert written.answers[0].analysis == "done"
+    with store.read() as conn:  # the others wait for the background analysis
+        assert [r.name for r in stored_runs.dirty_runs(conn, 1001.0)] == ["b", "c"]
+
+
+def test_one_analysis_at_most_is_in_flight_and_no_answer_waits_for_another_runs(store, monkeypatch):
+    """While a group's analysis runs, the due posts of the groups written meanwhile are
+    answered deferred: a slow analysis holds up its own post alone."""
+    hold_writer, writing, hold_analysis, analysing = (threading.Event() for _ in range(4))
+    write, analyse = append_groups.write_json_group, append_groups.analyse_written
+
+    def slow_write(store, posts, *args):
+        if posts[0].run == "w":
+            writing.set()
+            hold_writer.wait(10)
+        return write(store, posts, *args)
+
+    def slow_analysis(store, posts, written, *args):
+        if any(posts[i].run == "slow" for i in written.waiting):
+            analysing.set()
+            hold_analysis.wait(10)  # before its transaction: SQLite's write lock would hold up the writer
+        return analyse(store, posts, written, *args)
+
+    monkeypatch.setattr(append_groups, "write_json_group", slow_write)
+    monkeypatch.setattr(append_groups, "analyse_written", slow_analysis)
+
+    async def main() -> dict[str, str]:
+        groups, loop = AppendGroups(store, Settings(analysis_interval=0.0)), asyncio.get_running_loop()
+        post = {}
+        try:
+            post["w"] = asyncio.ensure_future(groups.post(posted("w", 0)))  # a group alone, held while written
+            await loop.run_in_executor(None, writing.wait, 10)
+            for run in ("slow", "y"):  # they wait, and go as the next group
+                post[run] = asyncio.ensure_future(groups.post(posted(run, 0)))
+            await asyncio.sleep(0)
+            hold_writer.set()
+            await loop.run_in_executor(None, analysing.wait, 10)  # "slow" analysed after its group's commit
+            for run in ("p", "q"):  # written while that analysis runs
+                post[run] = asyncio.ensure_future(groups.post(posted(run, 0)))
+            await asyncio.gather(post["w"], post["y"], post["p"], post["q"])
+            assert not post["slow"].done()
+            hold_analysis.set()
+            return {run: (await answer).analysis for run, answer in post.items()}
+        finally:
+            hold_writer.set()
+            hold_analysis.set()
+            groups.close()
+
+    assert asyncio.run(main()) == {"w": "done", "slow": "done", "y": "deferred", "p": "deferred", "q": "deferred"}
+    with store.read() as conn:
+        assert {r.name for r in stored_runs.dirty_runs(conn, 1001.0)} == {"y", "p", "q"}

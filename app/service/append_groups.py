@@ -10,7 +10,13 @@ costs are shared by every post of a group and a worker's rate grows with its loa
 Each post is still answered only once its points are committed, with the answer it would
 have had alone (a post that fails alone fails alone: `write_json_group`); the analyses due
 with some posts run after the commit, in a thread of their own, while the next group is
-written (`analyse_written`), so they hold up no other post.  A group holds one
+written (`analyse_written`), so they hold up no other post.  One analysis at most is in
+flight: of a group's posts due for analysis, the first is analysed (none while another
+group's analysis runs: a group is then written as if none were due), and the others are
+answered as deferred at once, their runs analysed by the background loop within about a
+second.  Before, each due post waited for
+every analysis of its group, one after the other: under load the runs fall due together,
+and an answer waited for 16 analyses, a closed loop of clients for all of them.  A group holds one
 post per run; a later post to a run already in a group being written waits for the next
 group, so a run's posts are stored in the order they arrived.  Between workers, the runs'
 row locks order them (taken in name order, so two groups never deadlock)."""
@@ -25,6 +31,7 @@ from app.service.settings import Settings
 from app.store.db import Store
 
 GROUP_POSTS = 64  # posts in one group at most
+INLINE_ANALYSES = 1  # of a group's posts due for analysis, those analysed before their answer
 
 
 class AppendGroups:
@@ -35,6 +42,7 @@ class AppendGroups:
         self._waiting: list[tuple[PostedPoints, asyncio.Future[IngestResult]]] = []
         self._writing: set[str] = set()  # runs with a post written or analysed, not yet answered
         self._group_writing = False
+        self._analysing = False  # an analysis is in flight (`_write`)
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="losswatch-appends")
         self._analyst = ThreadPoolExecutor(1, thread_name_prefix="losswatch-append-analysis")
 
@@ -77,7 +85,9 @@ class AppendGroups:
         posts = [posted for posted, _ in group]
         written: WrittenGroup | None = None
         try:
-            written = await loop.run_in_executor(self._writer, write_json_group, self._store, posts, self._settings)
+            analyse = not self._analysing
+            written = await loop.run_in_executor(self._writer, write_json_group, self._store, posts, self._settings, analyse)
+            written = written.deferring(INLINE_ANALYSES)
         except Exception as e:  # a defect of the grouping itself: every post says so
             for _, future in group:
                 _settle(future, e)
@@ -92,12 +102,14 @@ class AppendGroups:
             self._start()
         if not waiting:
             return
+        self._analysing = True
         try:
             await loop.run_in_executor(self._analyst, analyse_written, self._store, posts, written, self._settings)
         except Exception as e:
             for i in waiting:
                 _settle(group[i][1], e)
         finally:
+            self._analysing = False
             for i in waiting:
                 _settle(group[i][1], written.answers[i])
                 self._writing.discard(posts[i].run)

@@ -106,14 +106,25 @@ class WrittenGroup:
         """The posts whose answers wait for `analyse_written`."""
         return {i for i, _, _ in self.later} | set(self.due)
 
+    def deferring(self, keep: int) -> WrittenGroup:
+        """The group with only its first `keep` posts due for analysis left to
+        `analyse_written`; the others are answered at once as deferred, their runs still
+        waiting for the background analysis, as a run analysed less than
+        `analysis_interval` ago is."""
+        answers = list(self.answers)
+        for i in self.due[keep:]:
+            answers[i] = replace(answers[i], analysis="deferred")
+        return WrittenGroup(answers, self.later, self.due[:keep])
 
-def write_json_group(store: Store, posts: Sequence[PostedPoints], settings: Settings) -> WrittenGroup:
+
+def write_json_group(store: Store, posts: Sequence[PostedPoints], settings: Settings, analyse: bool = True) -> WrittenGroup:
     """Store several posts to distinct runs in one transaction: one commit and the
     statements of one append for the lot.  Should the transaction fail, each post is tried
     again in a transaction of its own, so one post's failure never fails another's (unless
     the store itself is unavailable: then all fail at once, as each would).  The analyses due
     with some posts are left to `analyse_written`, so they hold up no other post (a group of
-    one post is analysed in its own transaction, as an append alone always was)."""
+    one post is analysed in its own transaction, as an append alone always was).  Without
+    `analyse`, the posts due are answered as deferred, as if analysed a moment ago."""
     answers: list[IngestResult | Exception] = []
     parsed: list[tuple[int, Points, IngestResult]] = []
     for i, post in enumerate(posts):
@@ -125,7 +136,7 @@ def write_json_group(store: Store, posts: Sequence[PostedPoints], settings: Sett
         answers.append(result)
         if points is not None:
             parsed.append((i, points, result))
-    later, due = _stored(store, posts, parsed, settings, answers) if parsed else ([], [])
+    later, due = _stored(store, posts, parsed, settings, answers, analyse) if parsed else ([], [])
     return WrittenGroup(answers, later, due)
 
 
@@ -145,12 +156,12 @@ def analyse_written(store: Store, posts: Sequence[PostedPoints], written: Writte
 
 def _stored(
     store: Store, posts: Sequence[PostedPoints], parsed: list[tuple[int, Points, IngestResult]], settings: Settings,
-    answers: list[IngestResult | Exception],
+    answers: list[IngestResult | Exception], analyse: bool,
 ) -> tuple[list[tuple[int, StoredRun, StoredRun]], list[int]]:
     """`_store_group` of the parsed posts, post by post should the group fail."""
     try:
         group = [(posts[i], points, result) for i, points, result in parsed]
-        return _store_group(store, group, settings, answers, [i for i, _, _ in parsed], apart=len(parsed) > 1)
+        return _store_group(store, group, settings, answers, [i for i, _, _ in parsed], len(parsed) > 1, analyse)
     except Exception as e:
         if len(parsed) == 1 or unavailable(e):
             for i, _, _ in parsed:
@@ -160,7 +171,7 @@ def _stored(
     due: list[int] = []
     for i, points, result in parsed:  # alone, each fails or not on its own account
         try:
-            alone_later, alone_due = _store_group(store, [(posts[i], points, result)], settings, answers, [i], apart=False)
+            alone_later, alone_due = _store_group(store, [(posts[i], points, result)], settings, answers, [i], False, analyse)
         except Exception as alone:
             answers[i] = alone
             continue
@@ -221,14 +232,15 @@ def _parsed(post: PostedPoints, settings: Settings) -> tuple[Points | None, Inge
 
 def _store_group(
     store: Store, group: list[tuple[PostedPoints, Points, IngestResult]], settings: Settings,
-    answers: list[IngestResult | Exception], at: list[int], apart: bool,
+    answers: list[IngestResult | Exception], at: list[int], apart: bool, analyse: bool,
 ) -> tuple[list[tuple[int, StoredRun, StoredRun]], list[int]]:
     """Store the group's points in one transaction, its runs locked in one statement; put
     each post's answer (a copy of its answer so far, so a failed try leaves none half-made)
     at its place in `answers`.  Returned, to see to once committed: the posts whose runs
     need more analysis (a rewrite, a bulk load: place in `answers`, the run before and
     after), and, when `apart`, those due for analysis with their append (places in
-    `answers`); without `apart` those are analysed in this transaction."""
+    `answers`); without `apart` those are analysed in this transaction.  Without `analyse`,
+    none is due."""
     results = [replace(result) for _, _, result in group]
     with store.write() as conn:
         locked = stored_runs.lock_runs(conn, HTTP_SOURCE, [post.run for post, _, _ in group], group[0][0].now)
@@ -249,7 +261,7 @@ def _store_group(
         after: list[tuple[int, StoredRun, StoredRun]] = []
         due: list[int] = []
         for (k, s), run in zip(storing, updated):
-            if not due_for_analysis(s.run, settings.analysis_interval, s.now):
+            if not analyse or not due_for_analysis(s.run, settings.analysis_interval, s.now):
                 results[k].analysis = "deferred"  # as `_assess` would say: the background analysis picks it up
             elif not _analysed_with_append(s.run, len(s.points), s.rollbacks, settings, s.now):
                 after.append((at[k], s.run, run))
