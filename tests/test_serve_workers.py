@@ -5,8 +5,12 @@ background analysis, is delivered once."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import socket
 import threading
+from pathlib import Path
 
 import httpx
 from click.testing import CliRunner
@@ -83,3 +87,47 @@ def test_two_workers_deliver_each_change_once_including_those_of_deferred_analys
     rows = stored_deliveries(pg_url)
     assert sorted(receiver.keys().values()) == [1] * changes
     assert_one_key_per_change(receiver, rows)
+
+
+def sockets_by_pid(pids: set[str], port: int, state: str) -> dict[str, set[str]]:
+    """The TCP sockets (inodes) in `state` (/proc/net/tcp's hex code: 0A listening, 01
+    established) on local `port` that each process holds."""
+    inodes = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if int(fields[1].split(":")[1], 16) == port and fields[3] == state:
+            inodes.add(fields[9])
+    held: dict[str, set[str]] = {pid: set() for pid in pids}
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:[") and target[8:-1] in inodes:
+                    held[pid].add(target[8:-1])
+    return held
+
+
+def test_each_worker_listens_on_its_own_socket_so_kept_alive_connections_spread(pg_url):
+    """With one socket shared by the workers, a burst of new connections could all go to
+    the worker that woke first (32 of 32 in one start of three, bench/append.py)."""
+    with server_process(pg_url, "--workers", "2", startup=WORKERS_STARTUP) as (base, process):
+        def started() -> set[str]:
+            process.stderr.seek(0)
+            return {pid.decode() for pid in worker_pids(process)}
+
+        port = int(base.rsplit(":", 1)[1])
+        wait_for(lambda: len(started()) == 2 and all(sockets_by_pid(started(), port, "0A").values()), timeout=WORKERS_STARTUP)
+        pids = started()
+        listening = sockets_by_pid(pids, port, "0A")
+        assert [len(s) for s in listening.values()] == [1, 1] and len(set.union(*listening.values())) == 2, listening
+        connections = [socket.create_connection(("127.0.0.1", port)) for _ in range(32)]
+        try:
+            for c in connections:  # a request each, so every connection has been accepted
+                c.sendall(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
+                assert c.recv(65536).startswith(b"HTTP/1.1 200")
+            spread = {pid: len(s) for pid, s in sockets_by_pid(pids, port, "01").items()}
+        finally:
+            for c in connections:
+                c.close()
+    assert sum(spread.values()) == 32
+    assert min(spread.values()) >= 6, spread  # binomial(32, 1/2): fewer than 6 once in 10,000 starts
