@@ -9,6 +9,10 @@ stream of appends.
   (lagging on the safe side: above a falling curve); on a rising curve it would lag below,
   so a slow climb would pass for a spike without the slope.  Since it ends before the
   point, a spike never raises its own baseline.
+* following: down a falling curve, the median of the last `follow_points` (16) points when
+  lower than the level: it lags the fall by 8 points, not 16, and is not thrown about by a
+  slope read off noise or an LR drop's fall, as carrying the level along the slope would be.
+  The spike detector's one-point rule measures against it.
 * center and sigma: the median of the residuals (value - level) over the `noise_window`
   (128) points before, and 1.4826 x their median absolute deviation from it: the run's own
   robust spread around its level, minibatch noise included (on the speedrun 1.5B logs a
@@ -19,6 +23,11 @@ stream of appends.
   other).  Both end before the point, so a spike never widens the band it is measured by;
   medians of 128 points ignore the few points of an earlier spike.  Both need
   `2 * min_points` values, so nothing is measured against them before a run's 40th point.
+* local sigma: the same spread read off second differences (a value less the mean of its
+  two neighbours), in which a trend of any slope cancels.  Down a steep early fall the
+  spread around one center also holds how far the level's lag changes within 128 points
+  (0.85 against a true 0.05, at the 80th point of a pretraining loss logged every 5 steps);
+  this does not, though on a smooth curve it holds little but the curve's bend.
 * quantum: the spacing of representable values near the level at the precision the values
   are stored in (bf16 losses move in steps of 0.0078 near 1.5; the precision is what most of
   the last `noise_window` values needed): sigma is never below it, so rounding never raises
@@ -44,6 +53,7 @@ class BaselineConfig:
     window: int = 32  # points in the trailing median
     min_points: int = 8  # no baseline before this many points
     noise_window: int = 128  # points whose residuals give the center and sigma
+    follow_points: int = 16  # the following level: the median of this many points, down a falling curve
 
 
 class Baseline:
@@ -53,7 +63,19 @@ class Baseline:
 
     def __init__(self, values: np.ndarray, config: BaselineConfig = BaselineConfig()) -> None:
         self.values, self.config = values, config
-        self.level = _shift(_rising_median(values, config))  # NaN where too few earlier points
+        level, falling = _rising_median(values, config)
+        self.level = _shift(level)  # NaN where too few earlier points
+        self._falling = _shift_mask(falling)
+
+    @cached_property
+    def following(self) -> np.ndarray:
+        """The level, but down a falling curve the median of the last `follow_points`
+        points when lower (module docstring)."""
+        k = self.config.follow_points
+        recent = _shift(_move_median(self.values, k, min(self.config.min_points, k)))
+        out = self.level.copy()
+        out[self._falling] = np.fmin(out[self._falling], recent[self._falling])
+        return out
 
     @cached_property
     def quantum(self) -> np.ndarray:
@@ -84,6 +106,23 @@ class Baseline:
         deviation[deviation == 0] = np.nan  # NaN stays NaN: only finite deviations above zero count
         spread = _shift(_move_median(deviation, window, 1))
         spread *= MAD_TO_SIGMA
+        np.fmax(spread, self.quantum, out=spread)
+        spread[~known] = np.nan
+        return spread
+
+    @cached_property
+    def local_sigma(self) -> np.ndarray:
+        """The noise read off second differences over the `noise_window` points before each
+        point whose neighbours are known (module docstring), never below the quantum; NaN
+        until `2 * min_points` are known."""
+        v = self.values
+        second = np.full(len(v), np.nan)
+        if len(v) > 2:
+            second[2:] = v[1:-1] - (v[:-2] + v[2:]) / 2  # at j - 1, known at j
+        np.abs(second, out=second)
+        spread = _shift(_move_median(second, self.config.noise_window, 2 * self.config.min_points))
+        spread *= MAD_TO_SIGMA / np.sqrt(1.5)  # the variance of a second difference is 1.5 sigma^2
+        known = np.isfinite(spread)
         np.fmax(spread, self.quantum, out=spread)
         spread[~known] = np.nan
         return spread
@@ -179,6 +218,14 @@ def _shift(a: np.ndarray) -> np.ndarray:
     return a
 
 
+def _shift_mask(a: np.ndarray) -> np.ndarray:
+    """`_shift` of a boolean array: False at the first point."""
+    if len(a):
+        a[1:] = a[:-1]
+        a[0] = False
+    return a
+
+
 def _known_before(mask: np.ndarray, window: int, least: int) -> np.ndarray:
     """Whether at least `least` of the `window` points before each point are True."""
     n = len(mask)
@@ -209,8 +256,9 @@ def _move_median(a: np.ndarray, window: int, least: int) -> np.ndarray:
     return bn.move_median(padded, window, min_count=least)[window - len(a) :]
 
 
-def _rising_median(values: np.ndarray, config: BaselineConfig) -> np.ndarray:
-    """Median of the last `window` points, extrapolated to the newest along a rising slope.
+def _rising_median(values: np.ndarray, config: BaselineConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Median of the last `window` points, extrapolated to the newest along a rising slope,
+    and where the slope falls.
 
     The slope comes from the medians of the whole window and of its newer half, whose
     centres lie a quarter window apart."""
@@ -221,7 +269,8 @@ def _rising_median(values: np.ndarray, config: BaselineConfig) -> np.ndarray:
     # whole + max(slope, 0) * (window - 1) / 2, with slope = (newer - whole) / (window / 4)
     slope -= whole
     slope /= window / 4
+    falling = slope < 0
     np.clip(slope, 0, None, out=slope)
     slope *= (window - 1) / 2
     slope += whole
-    return slope
+    return slope, falling

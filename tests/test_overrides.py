@@ -79,7 +79,9 @@ def test_the_command_line_reports_a_bad_override_with_its_file(tmp_path):
 
 
 def spiky(n: int = 1000, at: int = 600) -> dict:
-    v = (2 + 3 * np.exp(-np.arange(n) / 200)) * (1 - 0.1 * np.arange(n) / n)
+    """A falling loss with 2% minibatch noise (without any, its sigma would be its rounding,
+    and no bar short of infinity would hold a jump), 4x at one point."""
+    v = (2 + 3 * np.exp(-np.arange(n) / 200)) * (1 - 0.1 * np.arange(n) / n) * (1 + 0.02 * np.random.default_rng(0).standard_normal(n))
     v[at] *= 4
     return {"points": [{"step": i, "tag": "train/loss", "value": float(x)} for i, x in enumerate(v)]}
 

@@ -376,3 +376,29 @@ def test_three_high_points_in_a_row_of_a_heavy_tailed_loss_set_their_own_bar():
     noise = np.convolve(rng.standard_t(2, 20000), np.ones(3) / 3, mode="same")
     v = 3.0 + 0.02 * noise
     assert not [f for f in LossSpikeDetector().detect(series(v)) if f.severity >= Severity.WARNING]
+
+
+def early_fall(points: int, interval: int, noise: float, seed: int) -> np.ndarray:
+    """A pretraining loss in its first steps, falling from 11 to 3.5 nats, with heavy-tailed
+    (Student t, 3 degrees) minibatch noise of `noise` relative."""
+    t = np.arange(points) * interval
+    rng = np.random.default_rng(seed)
+    return (3.2 + 7.6 * np.exp(-t / 150) + 0.8 / np.sqrt(1 + t / 50)) * (1 + noise * rng.standard_t(3, points))
+
+
+@pytest.mark.parametrize(("at", "interval"), [(80, 5), (150, 5)])
+def test_a_one_point_jump_while_the_loss_still_falls_steeply_is_a_spike(at, interval):
+    # The trailing level lags above a steep fall, and the spread around that lag swells
+    # as the fall slows: a +25% point at step 400 stood 0.6 sigma up, 17.5 by the labels' rule.
+    v = early_fall(2000, interval, 0.006, seed=0)
+    v[at] *= 1.25
+    found = LossSpikeDetector().detect(series(v, interval=interval))
+    assert (found[0].start_step, found[0].classification, found[0].severity) == (at * interval, SpikeClass.FAST_RECOVERING, Severity.INFO)
+    assert found[1].start_step > 800 * interval  # the others: the heavy tail's rare blips, once the loss has settled
+
+
+@pytest.mark.parametrize("interval", [1, 5])
+def test_a_steep_early_fall_with_gaussian_noise_raises_nothing(interval):
+    t = np.arange(3000) * interval
+    v = (3.2 + 7.6 * np.exp(-t / 150) + 0.8 / np.sqrt(1 + t / 50)) * (1 + 0.01 * np.random.default_rng(5).standard_normal(3000))
+    assert LossSpikeDetector().detect(series(v, interval=interval)) == []
