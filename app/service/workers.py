@@ -33,9 +33,10 @@ HEALTHCHECK = 60
 
 
 def run_workers(settings: Settings, host: str, port: int, workers: int) -> None:
-    """Serve until SIGTERM/SIGINT.  With several workers, uvicorn's supervisor binds the
-    socket, starts each worker (a fresh interpreter building its app from `settings`),
-    replaces one that dies, and on SIGTERM stops them all, each draining its requests."""
+    """Serve until SIGTERM/SIGINT.  With several workers, the port is reserved here and
+    uvicorn's supervisor starts each worker (a fresh interpreter building its app from
+    `settings` and binding a socket of its own), replaces one that dies, and on SIGTERM
+    stops them all, each draining its requests."""
     import uvicorn
     from uvicorn.supervisors import Multiprocess
 
