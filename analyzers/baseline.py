@@ -65,12 +65,14 @@ class Baseline:
         self.values, self.config = values, config
         level, falling = _rising_median(values, config)
         self.level = _shift(level)  # NaN where too few earlier points
-        self._falling = _shift_mask(falling)
+        self._falling = _shift(falling, False)
 
     @cached_property
     def following(self) -> np.ndarray:
         """The level, but down a falling curve the median of the last `follow_points`
         points when lower (module docstring)."""
+        if not self._falling.any():
+            return self.level
         k = self.config.follow_points
         recent = _shift(_move_median(self.values, k, min(self.config.min_points, k)))
         out = self.level.copy()
@@ -209,20 +211,12 @@ def trailing_baseline(values: np.ndarray, config: BaselineConfig = BaselineConfi
     return Baseline(values, config)
 
 
-def _shift(a: np.ndarray) -> np.ndarray:
-    """a[k - 1] at k: what was known just before each point (in place: `a` is a float
-    array of the caller's own)."""
+def _shift(a: np.ndarray, first: float | bool = np.nan) -> np.ndarray:
+    """a[k - 1] at k: what was known just before each point, `first` at the first (in
+    place: `a` is an array of the caller's own)."""
     if len(a):
         a[1:] = a[:-1]  # one dimension, same direction: numpy copies overlapping data as memmove does
-        a[0] = np.nan
-    return a
-
-
-def _shift_mask(a: np.ndarray) -> np.ndarray:
-    """`_shift` of a boolean array: False at the first point."""
-    if len(a):
-        a[1:] = a[:-1]
-        a[0] = False
+        a[0] = first
     return a
 
 

@@ -137,9 +137,9 @@ def test_only_what_the_evaluation_needs_is_read(store):
     with store.read() as conn:
         run_id = stored_runs.find_runs(conn, "r", "http")[0].id
         assert len(stored_alerts.load_alerts(conn, run_id)) == len(settled)
-        assert stored_alerts.load_alerts_to_evaluate(conn, run_id, [], ["divergence"], ["loss"]) == {}
-        assert set(stored_alerts.load_alerts_to_evaluate(conn, run_id, [settled[0].id], [], [])) == {settled[0].id}
-        assert len(stored_alerts.load_alerts_to_evaluate(conn, run_id, [], ["divergence"], ["other"])) == len(settled)
+        assert stored_alerts.load_alerts_to_evaluate_of_runs(conn, [run_id], [], ["divergence"], ["loss"])[run_id] == {}
+        assert set(stored_alerts.load_alerts_to_evaluate_of_runs(conn, [run_id], [settled[0].id], [], [])[run_id]) == {settled[0].id}
+        assert len(stored_alerts.load_alerts_to_evaluate_of_runs(conn, [run_id], [], ["divergence"], ["other"])[run_id]) == len(settled)
 
 
 def test_an_analysis_reporting_more_alerts_than_a_statement_takes_ids_reads_them_all(store, monkeypatch):

@@ -19,13 +19,6 @@ def load_alerts(conn: Connection, run_id: int) -> dict[str, AlertRecord]:
     return {row.id: _record(row) for row in conn.execute(_LOAD_ALERTS, {"run_id": run_id})}
 
 
-def load_alerts_to_evaluate(
-    conn: Connection, run_id: int, ids: Iterable[str], inhibiting: Iterable[str], tags: Iterable[str]
-) -> dict[str, AlertRecord]:
-    """`load_alerts_to_evaluate_of_runs` of one run (an analysed append)."""
-    return load_alerts_to_evaluate_of_runs(conn, [run_id], ids, inhibiting, tags)[run_id]
-
-
 def load_alerts_to_evaluate_of_runs(
     conn: Connection, run_ids: list[int], ids: Iterable[str], inhibiting: Iterable[str], tags: Iterable[str]
 ) -> dict[int, dict[str, AlertRecord]]:
@@ -55,11 +48,10 @@ MAX_IDS = 1000  # well within SQLite's 32,766 and PostgreSQL's 65,535 parameters
 
 # Built once: every analysed append runs one.
 _LOAD_ALERTS = sa.select(alerts, runs.c.name).join(runs, runs.c.id == alerts.c.run_id).where(alerts.c.run_id == sa.bindparam("run_id"))
-_LOAD_ALERTS_OF_RUNS = (
+_LOAD_TO_EVALUATE = (
     sa.select(alerts, runs.c.name).join(runs, runs.c.id == alerts.c.run_id)
     .where(alerts.c.run_id.in_(sa.bindparam("run_ids", expanding=True)))
-)
-_LOAD_TO_EVALUATE = _LOAD_ALERTS_OF_RUNS.where(
+).where(
     sa.or_(
         alerts.c.state != State.RESOLVED.value,
         alerts.c.id.in_(sa.bindparam("ids", expanding=True)),
