@@ -92,8 +92,10 @@ def test_an_unknown_format_is_an_error():
 
 @settings(max_examples=150, deadline=None)
 @given(values=st.lists(VALUES, min_size=2, max_size=120), cuts=st.lists(st.integers(1, 119), max_size=6),
-       block=st.integers(1, 9), shuffled=st.booleans())
-def test_a_grown_summary_is_the_summary_of_the_writes_whole(values, cuts, block, shuffled):
+       block=st.integers(1, 40), shuffled=st.booleans(), old_format=st.booleans())
+def test_a_grown_summary_is_the_summary_of_the_writes_whole(values, cuts, block, shuffled, old_format):
+    """Byte for byte: small appends fold into the raw last block, larger ones (and a summary
+    stored before the last block was kept raw) are extended from the blocks unpacked."""
     value = np.array(values)
     n = len(value)
     step = np.arange(n, dtype=np.int64) * 3 - 7
@@ -104,10 +106,31 @@ def test_a_grown_summary_is_the_summary_of_the_writes_whole(values, cuts, block,
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(summaries, "BLOCK", block)
         summary = summaries.summary_columns(step[: bounds[1]], segment[: bounds[1]], wall[: bounds[1]], value[: bounds[1]])
+        if old_format:
+            summary["blocks"] = b"\x01" + zlib.compress(summaries.unpack_blocks(summary["blocks"]).tobytes(), 1)
         for a, b in zip(bounds[1:], bounds[2:]):
             summary = summaries.grown_columns(summary, step[a:b], segment[a:b], wall[a:b], value[a:b])
         whole = summaries.summary_columns(step, segment, wall, value)
+        grown_blocks, whole_blocks = (summaries.unpack_blocks(x["blocks"]) for x in (summary, whole))
+    if old_format and len(bounds) == 2:  # never grown: still as it was stored
+        summary["blocks"] = whole["blocks"]
     assert summary == whole
+    assert grown_blocks.tobytes() == whole_blocks.tobytes()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_small_appends_fold_into_the_last_block_and_compress_only_when_one_fills(seed, monkeypatch):
+    step, segment, wall, value = columns_of(2000, seed)
+    sizes = np.random.default_rng(seed).integers(1, 8, 600)
+    bounds = [0, *np.cumsum(sizes)[np.cumsum(sizes) < len(step)].tolist(), len(step)]
+    first = bounds[1]
+    summary = summaries.summary_columns(step[:first], segment[:first], wall[:first], value[:first])
+    compressed, compress = [], zlib.compress
+    monkeypatch.setattr(zlib, "compress", lambda data, level: compressed.append(1) or compress(data, level))
+    for a, b in zip(bounds[1:], bounds[2:]):
+        summary = summaries.grown_columns(summary, step[a:b], segment[a:b], wall[a:b], value[a:b])
+    assert len(compressed) == len(step) // summaries.BLOCK  # once as each block filled, never per append
+    assert summary == summaries.summary_columns(step, segment, wall, value)
 
 
 @pytest.fixture
