@@ -65,10 +65,10 @@ from app.updates import (
     Reported,
     Storing,
     alerts_to_evaluate,
+    analyze_apart,
     analyze_locked,
     apply,
     assess_batch,
-    assess_runs,
     check_liveness,
     store_points,
     store_points_of_runs,
@@ -537,17 +537,8 @@ def _analyse_apart(store: Store, runs: list[stored_runs.StoredRun], options: _Op
     """Analyse stored runs in a read transaction (no write lock held: another process
     stores meanwhile), then apply the analyses in one transaction under the runs' locks.
     An analysis that another one overtook is dropped, and the run stays owed (see `apply`)."""
-    if not runs:
-        return
-    with store.read() as conn:
-        assessed = assess_runs(conn, runs, options.config)
-    now = options.clock()
-    with store.write() as conn:
-        locked = {}
-        for source in sorted({run.source for run, _ in assessed}):
-            names = [run.name for run, _ in assessed if run.source == source]
-            locked |= {(source, name): run for name, run in stored_runs.lock_runs(conn, source, names, now).items()}
-        _apply_all(conn, [(locked[run.source, run.name], assessment) for run, assessment in assessed], options, now, outcome)
+    analyze_apart(store, runs, options.config, options.webhooks, options.clock,
+                  lambda conn, run, applied, now: _record(conn, run, applied, options, now, outcome))
 
 
 def _analyse_owed(store: Store, sources: list[str], options: _Options, outcome: ScanOutcome) -> None:

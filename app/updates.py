@@ -293,6 +293,36 @@ def analyze_now(store: Store, run: StoredRun, config: AnalysisConfig, webhooks: 
         return apply(conn, locked, assessment, webhooks, now, config)
 
 
+def analyze_apart(
+    store: Store, runs: Sequence[StoredRun], config: AnalysisConfig, webhooks: Sequence[str], clock: Callable[[], float],
+    record: Callable[[Connection, StoredRun, Applied, float], None] | None = None,
+) -> list[tuple[StoredRun, Applied]]:
+    """`analyze_now` of a batch of runs: analysed in one read transaction (their saved states
+    read in one query), then applied in one transaction under their locks, taken in (source,
+    name) order as a group of appends takes them, the alerts their evaluations need read in
+    one query.  An analysis another one overtook is dropped and the run keeps waiting (see
+    `apply`).  `record` sees each run's changes inside the transaction (a scan holds them
+    until printed)."""
+    if not runs:
+        return []
+    with store.read() as conn:
+        assessed = assess_runs(conn, runs, config)
+    now = clock()
+    with store.write() as conn:
+        locked: dict[tuple[str, str], StoredRun] = {}
+        for source in sorted({run.source for run, _ in assessed}):
+            names = [run.name for run, _ in assessed if run.source == source]
+            locked |= {(source, name): run for name, run in stored_runs.lock_runs(conn, source, names, now).items()}
+        batch = [(locked[run.source, run.name], assessment) for run, assessment in assessed]
+        stored = alerts_to_evaluate(conn, batch)
+        out = []
+        for run, assessment in batch:
+            out.append((run, apply(conn, run, assessment, webhooks, now, config, stored[run.id])))
+            if record is not None:
+                record(conn, *out[-1], now)
+        return out
+
+
 def due_for_analysis(run: StoredRun, interval: float, now: float) -> bool:
     """Whether the run (as locked) may be analysed now: not analysed in the last `interval` s."""
     return run.analyzed_at is None or now - run.analyzed_at >= interval

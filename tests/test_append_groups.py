@@ -171,8 +171,8 @@ def test_of_a_groups_posts_due_only_the_first_waits_for_its_analysis(store):
     assert [a.analysis for a in written.answers] == ["none", "deferred", "deferred"]
     analyse_written(store, posts, written, settings)
     assert written.answers[0].analysis == "done"
-    with store.read() as conn:  # the others wait for the background analysis
-        assert [r.name for r in stored_runs.dirty_runs(conn, 1001.0)] == ["b", "c"]
+    with store.write() as conn:  # the others wait for the background analysis
+        assert [r.name for r in stored_runs.claim_dirty_runs(conn, 1001.0, 1001.0, 10)] == ["b", "c"]
 
 
 def test_one_analysis_at_most_is_in_flight_and_no_answer_waits_for_another_runs(store, monkeypatch):
@@ -219,5 +219,5 @@ def test_one_analysis_at_most_is_in_flight_and_no_answer_waits_for_another_runs(
             groups.close()
 
     assert asyncio.run(main()) == {"w": "done", "slow": "done", "y": "deferred", "p": "deferred", "q": "deferred"}
-    with store.read() as conn:
-        assert {r.name for r in stored_runs.dirty_runs(conn, 1001.0)} == {"y", "p", "q"}
+    with store.write() as conn:
+        assert {r.name for r in stored_runs.claim_dirty_runs(conn, 1001.0, 1001.0, 10)} == {"y", "p", "q"}

@@ -27,13 +27,14 @@ from app.service.settings import Settings
 from app.store import logdirs as stored_logdirs
 from app.store import runs as stored_runs
 from app.store.db import Store, StoreError, unavailable
-from app.updates import analyze_now, check_liveness
+from app.updates import analyze_apart, check_liveness
 
 log = logging.getLogger("losswatch.background")
 
 TICK = 1.0  # seconds between rounds when nothing wakes the loop
 LIVENESS_EVERY = 5.0  # seconds between staleness checks of the quiet runs
 STOP_GRACE = 10.0  # seconds a loop may take to finish its step on shutdown
+ANALYSED_PER_BATCH = 32  # deferred analyses applied per transaction (one lock statement, one alert read)
 MAX_PROBLEMS = 20  # a logdir's last_error lists at most this many problems of its last scan
 
 
@@ -175,15 +176,17 @@ class Background:
         return describe(outcome.problems)
 
     def analyse_deferred(self) -> None:
-        now = time.time()
-        with self.store.read() as conn:
-            waiting = stored_runs.dirty_runs(conn, now - self.settings.analysis_interval)
-        for run in waiting:
-            if self._stopping.is_set():
+        """Analyse the runs whose analysis waits, a batch at a time, each batch claimed first
+        so that the other workers' loops leave it to this one (see `claim_dirty_runs`)."""
+        while not self._stopping.is_set():
+            now = self.clock()
+            with self.store.write() as conn:
+                claimed = stored_runs.claim_dirty_runs(conn, now - self.settings.analysis_interval, now, ANALYSED_PER_BATCH)
+            for run, done in analyze_apart(self.store, claimed, self.settings.analysis, self.settings.webhooks, self.clock):
+                if done.error is not None:
+                    log.warning("analysis failed", extra={"source": run.source, "run": run.name, "error": done.error})
+            if len(claimed) < ANALYSED_PER_BATCH:
                 return
-            applied = analyze_now(self.store, run, self.settings.analysis, self.settings.webhooks, now)
-            if applied.error is not None:
-                log.warning("analysis failed", extra={"source": run.source, "run": run.name, "error": applied.error})
 
 
 def _first_line(e: BaseException) -> str:

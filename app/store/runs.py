@@ -558,14 +558,26 @@ def _stored(row) -> StoredRun:
     )
 
 
-def dirty_runs(conn: Connection, analysed_before: float) -> list[StoredRun]:
-    """Runs with points waiting for the deferred analysis, not analysed since `analysed_before`
-    (the caller locks each before analysing it, and checks it is still waiting)."""
-    query = sa.select(runs).where(
-        runs.c.dirty_since.is_not(None),
-        sa.or_(runs.c.analyzed_at.is_(None), runs.c.analyzed_at <= analysed_before),
+def claim_dirty_runs(conn: Connection, analysed_before: float, now: float, limit: int) -> list[StoredRun]:
+    """Up to `limit` runs with points waiting for the deferred analysis and not analysed
+    since `analysed_before`, oldest waiting first, marked analysed at `now` so that another
+    worker's loop (or an append's inline analysis) leaves them to this one: two workers
+    analysed each waiting run twice, the second analysis dropped.  One that is not applied
+    (the worker died) is claimed again once `now` is past the interval.  Rows locked by a
+    writer are skipped on PostgreSQL (taken at the next round), so a claim never waits for,
+    or deadlocks with, a group of appends."""
+    waiting = (
+        sa.select(runs.c.id)
+        .where(runs.c.dirty_since.is_not(None),
+               sa.or_(runs.c.analyzed_at.is_(None), runs.c.analyzed_at <= analysed_before))
+        .order_by(runs.c.dirty_since, runs.c.id)
+        .limit(limit)
     )
-    return [_stored(row) for row in conn.execute(query.order_by(runs.c.dirty_since))]
+    if conn.dialect.name == "postgresql":
+        waiting = waiting.with_for_update(skip_locked=True)
+    claimed = conn.execute(runs.update().where(runs.c.id.in_(waiting.scalar_subquery())).values(analyzed_at=now)
+                           .returning(*runs.c))
+    return sorted((_stored(row) for row in claimed), key=lambda run: (run.source, run.name))
 
 
 def owed_runs(conn: Connection, sources: Sequence[str]) -> list[StoredRun]:
