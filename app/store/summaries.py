@@ -56,21 +56,24 @@ def grown_columns(old: dict, step: np.ndarray, segment: np.ndarray, wall: np.nda
     """The summary columns of a chunk whose summary columns were `old` once these writes are
     added after its own: what `summary_columns` gives of all its writes, worked out from its
     summary (the chunk's own points stay packed, see `app.store.chunks.append`)."""
-    step, value = np.asarray(step, np.int64), np.asarray(value, np.float64)
-    blocks = _folded(old["blocks"], step, np.asarray(wall, np.float64), value) if len(step) <= FOLDED_POINTS else None
-    if blocks is None:
-        whole = unpack_blocks(old["blocks"])
-        last_step = int(whole[-1]["last_step"])
-        blocks = pack_blocks(extend_blocks(whole, step, np.asarray(wall, np.float64), value))
+    step, wall, value = np.asarray(step, np.int64), np.asarray(wall, np.float64), np.asarray(value, np.float64)
+    few = len(step) <= FOLDED_POINTS
+    folded = _folded(old["blocks"], step, wall, value) if few else None
+    if folded is None:
+        blocks = unpack_blocks(old["blocks"])
+        folded = pack_blocks(extend_blocks(blocks, step, wall, value)), int(blocks[-1]["last_step"])
+    packed, last_step = folded
+    if few:  # a few points: Python's arithmetic costs less than numpy's calls
+        steps = step.tolist()
+        increasing = all(a < b for a, b in zip(steps, steps[1:]))
+        bad = sum(not math.isfinite(v) for v in value.tolist())
     else:
-        blocks, last_step = blocks
-    steps = step.tolist()
-    ordered = old["ordered"] and steps[0] > last_step and all(a < b for a, b in zip(steps, steps[1:]))
+        increasing, bad = bool(np.all(step[1:] > step[:-1])), int(np.count_nonzero(~np.isfinite(value)))
     return {
-        "ordered": int(bool(ordered)),
+        "ordered": int(bool(old["ordered"] and increasing and step[0] > last_step)),
         "min_segment": min(int(old["min_segment"]), int(np.min(segment))),
-        "nonfinite": int(old["nonfinite"]) + sum(not math.isfinite(v) for v in value.tolist()),
-        "blocks": blocks,
+        "nonfinite": int(old["nonfinite"]) + bad,
+        "blocks": packed,
     }
 
 
