@@ -193,6 +193,20 @@ def test_a_nonfinite_stretch_across_a_bucket_edge_inside_a_block_marks_both_buck
     assert 5170 in kept and 5173 in kept
 
 
+def test_a_nonfinite_stretch_to_the_end_keeps_the_last_buckets_first_marker_and_the_end(small_store, monkeypatch):
+    """Found by the property above: the last chunk's one block straddles the last two
+    buckets, and its last non-finite point is the series' end, so a summarised read had one
+    point where a full read keeps two (the end, and the bucket's first NaN)."""
+    monkeypatch.setattr(stored_runs, "CHUNK_POINTS", 97)
+    monkeypatch.setattr(summaries, "BLOCK", 64)
+    value = noisy_loss(2000, 3, nans=((1600, 400),))
+    run_id = store_series(small_store, np.arange(2000), value)
+    got, full = both_reads(small_store, run_id, None, None, 70)
+    assert got.summarized > 0
+    assert_draws_the_same(got.sketch, full, np.arange(2000), value, set())
+    assert 1941 in got.sketch.result()[1].tolist()
+
+
 def assert_draws_the_same(sketch, full, step, value, spikes):
     """What a drawing of the summarised read shares with one of the full read."""
     max_points = sketch.max_points

@@ -75,6 +75,12 @@ def _summarizable(conn: Connection, candidates: list[ChunkSpan], sketch: MinMaxS
     """The chunks of `candidates` to be answered from their summaries."""
     if sum(s.count for s in candidates) <= sketch.max_points:
         return []  # every point is kept: nothing to summarise
+    latest = max(candidates, key=lambda s: s.last_step, default=None)
+    if latest is not None and latest.nonfinite:
+        # A block straddling the last bucket names its last non-finite point, which may be
+        # the series' end too: one point where a full read keeps two (the end, and the
+        # bucket's first non-finite point).  Read that chunk.
+        candidates = [s for s in candidates if s is not latest]
     within = {
         i for batch in _block_batches(conn, [s.id for s in candidates]) for i, b in batch.items()
         if np.all(np.diff(sketch.bucket(_ends(b)), axis=0) <= 1)
