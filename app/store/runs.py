@@ -230,13 +230,15 @@ def _add_tags(conn: Connection, keys: list[tuple[int, str]]) -> dict[tuple[int, 
 
 def _grown_rows(last: _LastChunk, columns: tuple[np.ndarray, ...]) -> tuple[dict, dict]:
     """The rows of a tag's last chunk and its summary once these writes are added: the new
-    writes packed as a part of their own after the chunk's bytes, and its summary extended
-    by theirs (`app.store.chunks.append`); the chunk packed whole again when it cannot take
-    a part or has no summary to extend."""
-    data = chunks.append(last.data, *columns)
-    if data is None or last.summary is None:
+    writes packed as a part of their own after the chunk's bytes (`app.store.chunks.append`;
+    the chunk packed whole again when it cannot take a part), and its summary extended by
+    theirs.  A chunk without a summary to extend is summarised whole."""
+    if last.summary is None:
         merged = [np.concatenate([old, new]) for old, new in zip(chunks.unpack(last.data, last.count), columns)]
         return _chunk_row(last.tag_id, *merged)
+    data = chunks.append(last.data, *columns)
+    if data is None:
+        data = chunks.pack(*(np.concatenate([old, new]) for old, new in zip(chunks.unpack(last.data, last.count), columns)))
     step = columns[0]
     row = {
         "tag_id": last.tag_id,

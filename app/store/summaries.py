@@ -84,23 +84,23 @@ def _folded(data: bytes, step: np.ndarray, wall: np.ndarray, value: np.ndarray) 
     if data[:1] != _TAILED:
         return None
     end = _PREFIX.size + 1 + _PREFIX.unpack_from(data, 1)[0]
-    tail = np.frombuffer(data, BLOCK_DTYPE, offset=end) if len(data) > end else None
-    if tail is None:  # the last block is complete: these writes start one
+    if len(data) == end:  # the last block is complete: these writes start one
         if len(step) > BLOCK:
             return None
         prefix = np.frombuffer(zlib.decompress(data[1 + _PREFIX.size : end]), BLOCK_DTYPE)
         row, last_step = None, int(prefix[-1]["last_step"])
     else:
-        row, last_step = list(tail[0].tolist()), int(tail[0]["last_step"])
+        row = list(_ROW.unpack_from(data, end))
+        last_step = row[_AT["last_step"]]
         if row[_AT["count"]] + len(step) > BLOCK:
             return None
     for point in zip(step.tolist(), value.tolist(), wall.tolist()):
         row = _fold(row, *point)
-    packed = np.array([tuple(row)], BLOCK_DTYPE)
+    packed = _ROW.pack(*row)
     if row[_AT["count"]] < BLOCK:
-        return data[:end] + packed.tobytes(), last_step
-    blocks = np.frombuffer(zlib.decompress(data[1 + _PREFIX.size : end]), BLOCK_DTYPE)
-    return pack_blocks(np.concatenate([blocks, packed])), last_step
+        return data[:end] + packed, last_step
+    blocks = zlib.decompress(data[1 + _PREFIX.size : end]) + packed
+    return pack_blocks(np.frombuffer(blocks, BLOCK_DTYPE)), last_step
 
 
 def _fold(row: list | None, step: int, value: float, wall: float) -> list:
@@ -144,6 +144,7 @@ def extend_blocks(blocks: np.ndarray, step: np.ndarray, wall: np.ndarray, value:
 
 
 _AT = {name: i for i, name in enumerate(BLOCK_DTYPE.names)}
+_ROW = struct.Struct("<" + "".join("q" if BLOCK_DTYPE[name].kind == "i" else "d" for name in BLOCK_DTYPE.names))  # one block
 
 
 def _merged(a: tuple, b: tuple) -> tuple:
