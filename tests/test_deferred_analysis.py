@@ -1,6 +1,7 @@
 """The background loop's deferred analyses (app/service/background.py): each worker claims
-a batch of waiting runs before analysing it, so two workers analyse each run once, and a
-claim that is never applied (its worker died) is taken again after the interval."""
+a batch of the runs that have waited an interval before analysing it, so two workers
+analyse each run once, and a claim that is never applied (its worker died) is taken again
+after the interval."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def claim(store, now: float, limit: int = 10) -> list[str]:
 
 
 def test_claims_are_disjoint_and_one_never_applied_is_claimed_again_after_the_interval(store):
-    waiting_runs(store, ["a", "b", "c", "d", "e"])
+    waiting_runs(store, ["a", "b", "c", "d", "e"])  # waiting since 1001
+    assert claim(store, 1002.5) == []  # not for an interval yet: left to their own posts' answers
     assert claim(store, 1003.0, limit=3) == ["a", "b", "c"]  # oldest waiting first, in name order
     assert claim(store, 1003.0) == ["d", "e"]  # another worker's claim: the rest
     assert claim(store, 1004.0) == []

@@ -13,8 +13,8 @@ with some posts run after the commit, in a thread of their own, while the next g
 written (`analyse_written`), so they hold up no other post.  One analysis at most is in
 flight: of a group's posts due for analysis, the first is analysed (none while another
 group's analysis runs: a group is then written as if none were due), and the others are
-answered as deferred at once, their runs analysed by the background loop within about a
-second.  Before, each due post waited for every analysis of its group, one after the
+answered as deferred at once, their runs analysed by their next post's answer or by the
+background loop within about two seconds.  Before, each due post waited for every analysis of its group, one after the
 other: under load the runs fall due together, and an answer waited for 16 analyses.
 
 A group holds one post per run; a later post to a run already in a group being written

@@ -31,7 +31,10 @@ from app.updates import analyze_apart, check_liveness
 
 log = logging.getLogger("losswatch.background")
 
-TICK = 1.0  # seconds between rounds when nothing wakes the loop
+TICK = 1.0  # seconds between delivery rounds when nothing wakes the loop
+# Seconds between analysis rounds: a run that has waited the analysis interval is analysed
+# within about 1.5 s of its first deferred answer, before a client reads its alerts (2 s).
+ANALYSIS_TICK = 0.5
 LIVENESS_EVERY = 5.0  # seconds between staleness checks of the quiet runs
 STOP_GRACE = 10.0  # seconds a loop may take to finish its step on shutdown
 ANALYSED_PER_BATCH = 32  # deferred analyses applied per transaction (one lock statement, one alert read)
@@ -70,8 +73,8 @@ class Background:
         """Both loops until cancelled; then let each finish its step (bounded) and return."""
         wakes = [self._wake, asyncio.Event()]
         loops = [
-            asyncio.create_task(self._repeat("analysis", self.analysis_round, wakes[0])),
-            asyncio.create_task(self._repeat("delivery", self.delivery_round, wakes[1])),
+            asyncio.create_task(self._repeat("analysis", self.analysis_round, wakes[0], ANALYSIS_TICK)),
+            asyncio.create_task(self._repeat("delivery", self.delivery_round, wakes[1], TICK)),
         ]
         try:
             await asyncio.wait(loops)  # unlike gather, being cancelled leaves the loops running
@@ -84,12 +87,12 @@ class Background:
                 task.cancel()
             raise
 
-    async def _repeat(self, name: str, work: Callable[[], None], wake: asyncio.Event) -> None:
+    async def _repeat(self, name: str, work: Callable[[], None], wake: asyncio.Event, tick: float) -> None:
         failing = False
         while not self._stopping.is_set():
             failing = await asyncio.to_thread(self._guarded, name, work, failing)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), timeout=TICK)
+                await asyncio.wait_for(wake.wait(), timeout=tick)
             wake.clear()
 
     def _guarded(self, name: str, work: Callable[[], None], failing: bool) -> bool:

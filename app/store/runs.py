@@ -561,16 +561,18 @@ def _stored(row) -> StoredRun:
 
 
 def claim_dirty_runs(conn: Connection, analysed_before: float, now: float, limit: int) -> list[StoredRun]:
-    """Up to `limit` runs with points waiting for the deferred analysis and not analysed
-    since `analysed_before`, oldest waiting first, marked analysed at `now` so that another
-    worker's loop (or an append's inline analysis) leaves them to this one: two workers
-    analysed each waiting run twice, the second analysis dropped.  One that is not applied
-    (the worker died) is claimed again once `now` is past the interval.  Rows locked by a
-    writer are skipped on PostgreSQL (taken at the next round), so a claim never waits for,
-    or deadlocks with, a group of appends."""
+    """Up to `limit` runs whose points have waited for the deferred analysis since
+    `analysed_before` or longer and that were not analysed since, oldest waiting first,
+    marked analysed at `now` so that another worker's loop (or an append's inline analysis)
+    leaves them to this one: two workers analysed each waiting run twice, the second
+    analysis dropped.  A run that started waiting later is left to its own posts: a training
+    loop still posting gets its analysis in an answer once per interval, as when alone.  One
+    claimed and not applied (the worker died) is claimed again once `now` is past the
+    interval.  Rows locked by a writer are skipped on PostgreSQL (taken at the next round),
+    so a claim never waits for, or deadlocks with, a group of appends."""
     waiting = (
         sa.select(runs.c.id)
-        .where(runs.c.dirty_since.is_not(None),
+        .where(runs.c.dirty_since <= analysed_before,
                sa.or_(runs.c.analyzed_at.is_(None), runs.c.analyzed_at <= analysed_before))
         .order_by(runs.c.dirty_since, runs.c.id)
         .limit(limit)
