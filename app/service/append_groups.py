@@ -14,8 +14,9 @@ written (`analyse_written`), so they hold up no other post.  One analysis at mos
 flight: of a group's posts due for analysis, the first is analysed (none while another
 group's analysis runs: a group is then written as if none were due), and the others are
 answered as deferred at once, their runs analysed by their next post's answer or by the
-background loop within about two seconds.  Before, each due post waited for every analysis of its group, one after the
-other: under load the runs fall due together, and an answer waited for 16 analyses.
+background loop within about two seconds.  Before, each due post waited for every
+analysis of its group, one after the other: under load the runs fall due together, and an
+answer waited for 16 analyses.
 
 A group holds one post per run; a later post to a run already in a group being written
 waits for the next group, so a run's posts are stored in the order they arrived.  Between workers, the runs'
