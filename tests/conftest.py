@@ -83,6 +83,16 @@ def store_url(request, tmp_path):
 
 
 @pytest.fixture
+def store(store_url):
+    """An open store on `store_url` (each test on SQLite and on PostgreSQL), closed after."""
+    from app.store.db import open_store
+
+    s = open_store(store_url)
+    yield s
+    s.close()
+
+
+@pytest.fixture
 def hung_filesystem(monkeypatch):
     """os.pread that does not answer for files whose path contains `slow` (a hung network
     mount) until the test ends, or `release` is set; reads before byte `block_from` pass.

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import pytest
 import sqlalchemy as sa
 
 from analyzers.findings import Finding, Kind, Severity, SpikeClass
@@ -16,18 +15,10 @@ from app.analysis import Alert, fingerprint
 from app.liveness import STALE
 from app.store import alerts as stored_alerts
 from app.store import runs as stored_runs
-from app.store.db import open_store
 from app.store.runs import StoredRun
 from app.updates import Assessment, apply
 
 T0 = 1_800_000_000.0
-
-
-@pytest.fixture
-def store(store_url):
-    s = open_store(store_url)
-    yield s
-    s.close()
 
 
 def alert(kind: Kind, start: int, tag: str = "loss", ongoing: bool = True, end: int | None = None,

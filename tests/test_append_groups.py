@@ -23,13 +23,6 @@ from bench.statements import counting
 DEFERRED = Settings(analysis_interval=3600.0)
 
 
-@pytest.fixture
-def store(store_url):
-    s = open_store(store_url)
-    yield s
-    s.close()
-
-
 def body(first: int, steps: int, tags: tuple[str, ...] = ("loss", "grad_norm")) -> bytes:
     return json.dumps({"points": [{"step": s, "tag": t, "value": 3.0 - s / 1000} for s in range(first, first + steps)
                                   for t in tags]}).encode()

@@ -16,7 +16,6 @@ from hypothesis.extra.numpy import arrays
 from app.ingest.points import Points
 from app.store import chunks, schema, summaries
 from app.store import runs as stored_runs
-from app.store.db import open_store
 
 VALUES = st.one_of(st.floats(-5, 5), st.sampled_from([np.nan, np.inf, -np.inf, 1.0, 0.0, -0.0]))
 
@@ -131,13 +130,6 @@ def test_small_appends_fold_into_the_last_block_and_compress_only_when_one_fills
         summary = summaries.grown_columns(summary, step[a:b], segment[a:b], wall[a:b], value[a:b])
     assert len(compressed) == len(step) // summaries.BLOCK  # once as each block filled, never per append
     assert summary == summaries.summary_columns(step, segment, wall, value)
-
-
-@pytest.fixture
-def store(store_url):
-    store = open_store(store_url)
-    yield store
-    store.close()
 
 
 def append(store, run_id: int, first: int, n: int) -> None:

@@ -9,7 +9,6 @@ import asyncio
 import threading
 
 import httpx
-import pytest
 
 from app import updates
 from app.service.background import Background
@@ -17,17 +16,9 @@ from app.service.ingest import ingest_json
 from app.service.metrics import Metrics
 from app.service.settings import Settings
 from app.store import runs as stored_runs
-from app.store.db import open_store
 from tests.test_append_groups import body
 
 SETTINGS = Settings(analysis_interval=2.0)
-
-
-@pytest.fixture
-def store(store_url):
-    s = open_store(store_url)
-    yield s
-    s.close()
 
 
 def waiting_runs(store, names: list[str], now: float = 1000.0) -> None:

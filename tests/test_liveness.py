@@ -7,25 +7,16 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import pytest
 
 from analyzers.config import AnalysisConfig
 from analyzers.findings import Kind
 from analyzers.liveness import Liveness, StaleConfig, schedule_ended, stale_after, stale_finding, usual_interval
 from app.scan import scan
-from app.store.db import open_store
 from app.updates import check_liveness
 from tests.eventfiles import scalar_event, write_events
 from tests.service_helpers import service, wait_for
 
 T0 = 1_800_000_000.0  # the runs' wall clock: 2027-01-15 08:00:00 UTC
-
-
-@pytest.fixture
-def store(store_url):
-    s = open_store(store_url)
-    yield s
-    s.close()
 
 
 def changes(events) -> list[tuple[str, str, str, int | None, str]]:

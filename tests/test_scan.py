@@ -18,7 +18,6 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
 
@@ -49,13 +48,6 @@ def append(path, values: np.ndarray, first_step: int, tag: str = "train/loss") -
 
 def changes(outcome) -> list[tuple[str, str, str, int]]:
     return [(r.event.change.value, r.event.record.run, r.event.record.kind, r.event.record.start_step) for r in outcome.events]
-
-
-@pytest.fixture
-def store(store_url):
-    s = open_store(store_url)
-    yield s
-    s.close()
 
 
 def test_scans_read_only_what_is_new_and_report_each_change_once(store, tmp_path):

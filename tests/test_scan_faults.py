@@ -32,13 +32,6 @@ from tests.service_helpers import server_process
 ENV = {**os.environ, "PYTHONPATH": os.getcwd()}
 
 
-@pytest.fixture
-def store(store_url):
-    s = open_store(store_url)
-    yield s
-    s.close()
-
-
 def nan_run(directory, steps: int = 600, nan_from: int = 500, wall_time: float = 1.7e9):
     """A run whose loss turns NaN at `nan_from`: one critical alert."""
     directory.mkdir(parents=True, exist_ok=True)

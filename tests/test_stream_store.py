@@ -23,13 +23,6 @@ from app.store.schema import stream_checkpoints, stream_states
 from tests.eventfiles import record, scalar_event, write_events
 
 
-@pytest.fixture
-def store(store_url):
-    s = open_store(store_url)
-    yield s
-    s.close()
-
-
 def curve(n: int, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     t = np.arange(n)

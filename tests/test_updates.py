@@ -4,23 +4,14 @@ the run's lock, never out of order, and one that missed new points leaves the ru
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import sqlalchemy as sa
 
 from analyzers.config import AnalysisConfig
 from app.ingest.logdir import RunState
 from app.ingest.points import Points
 from app.store import runs as stored_runs
-from app.store.db import open_store
 from app.store.schema import runs
 from app.updates import apply, assess, store_points
-
-
-@pytest.fixture
-def store(store_url):
-    s = open_store(store_url)
-    yield s
-    s.close()
 
 
 def add(store, first: int, values: np.ndarray):
