@@ -234,11 +234,8 @@ def _grown_rows(last: _LastChunk, columns: tuple[np.ndarray, ...]) -> tuple[dict
     the chunk packed whole again when it cannot take a part), and its summary extended by
     theirs.  A chunk without a summary to extend is summarised whole."""
     if last.summary is None:
-        merged = [np.concatenate([old, new]) for old, new in zip(chunks.unpack(last.data, last.count), columns)]
-        return _chunk_row(last.tag_id, *merged)
-    data = chunks.append(last.data, *columns)
-    if data is None:
-        data = chunks.pack(*(np.concatenate([old, new]) for old, new in zip(chunks.unpack(last.data, last.count), columns)))
+        return _chunk_row(last.tag_id, *_with_writes(last, columns))
+    data = chunks.append(last.data, *columns) or chunks.pack(*_with_writes(last, columns))
     step = columns[0]
     row = {
         "tag_id": last.tag_id,
@@ -248,6 +245,11 @@ def _grown_rows(last: _LastChunk, columns: tuple[np.ndarray, ...]) -> tuple[dict
         "data": data,
     }
     return row, grown_columns(last.summary, *columns)
+
+
+def _with_writes(last: _LastChunk, columns: tuple[np.ndarray, ...]) -> list[np.ndarray]:
+    """The chunk's columns, unpacked, with these writes after its own."""
+    return [np.concatenate([old, new]) for old, new in zip(chunks.unpack(last.data, last.count), columns)]
 
 
 def _chunk_row(tag_id: int, step: np.ndarray, segment: np.ndarray, wall_time: np.ndarray, value: np.ndarray) -> tuple[dict, dict]:
