@@ -30,12 +30,16 @@ stream of appends.
   this does not, though on a smooth curve it holds little but the curve's bend.
 * quantum: the spacing of representable values near the level at the precision the values
   are stored in (bf16 losses move in steps of 0.0078 near 1.5; the precision is what most of
-  the last `noise_window` values needed): sigma is never below it, so rounding never raises
-  an alert.
+  the last `noise_window` values needed), or the step of the decimal grid they were printed
+  on, whichever is coarser (a logger that rounds to 3 decimals moves in steps of 0.001:
+  a smooth loss climbing 0.001 a step, so rounded, has residuals of exactly zero but for
+  the last bits of a double, and every third step read as a 10^12-sigma spike).  Sigma is
+  never below the quantum, so rounding never raises an alert.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -81,7 +85,10 @@ class Baseline:
 
     @cached_property
     def quantum(self) -> np.ndarray:
-        return quantum(self.level, precision_bits(self.values, self.config.noise_window))
+        """The rounding step near the level (module docstring)."""
+        bits = value_bits(self.values)
+        window = self.config.noise_window
+        return np.fmax(quantum(self.level, precision_bits(bits, window)), decimal_step(self.values, bits, window))
 
     @cached_property
     def residual(self) -> np.ndarray:
@@ -175,17 +182,58 @@ def value_bits(values: np.ndarray) -> np.ndarray:
     return bits
 
 
-def precision_bits(values: np.ndarray, window: int) -> np.ndarray | int:
-    """The precision the values are stored at, at each point: the fewest bits that hold at
-    least half of the last `window` values (a few off-grid values, like a spike's, do not
-    change it); one number when every value needs the same."""
-    bits = value_bits(values)
-    if not len(bits) or (bits == bits[0]).all():  # one precision throughout: the usual case
-        return int(bits[0]) if len(bits) else bits
-    out = np.full(len(values), 52)
-    seen = np.minimum(np.arange(1, len(values) + 1), window)
-    for b in (23, 10, 7):  # counts, exact however the stream was cut
-        out[2 * _window_count(bits <= b, window) >= seen] = b
+def precision_bits(bits: np.ndarray, window: int) -> np.ndarray | int:
+    """The precision values needing these `value_bits` are stored at, at each point: the
+    fewest bits that hold at least half of the last `window` values (a few off-grid values,
+    like a spike's, do not change it); one number when every value needs the same."""
+    return _most_hold(bits, (23, 10, 7), 52, window)
+
+
+MAX_DECIMALS = 6  # finer grids than 10^-6 are no rounding a loss logger does
+
+
+def value_decimals(values: np.ndarray, bits: np.ndarray) -> np.ndarray:
+    """The fewest decimals (0 to `MAX_DECIMALS`) each value was printed with, as far as its
+    precision (`value_bits`) tells: a float32 of 2.139 is 2.13899994, within its own rounding
+    of 2.139 (within 4 ulps: a double's own arithmetic adds a few).  A grid is only told
+    apart where it is 64 ulps or coarser, so a value is on one by chance at most once in 8
+    (a float32 near 2 shows 4 decimals at most, a bf16 one none); zeros, off every grid and
+    those (`MAX_DECIMALS` + 1) tell nothing."""
+    out = np.full(len(values), MAX_DECIMALS + 1, np.int8)
+    with np.errstate(invalid="ignore", over="ignore"):
+        rounding = np.abs(values) * np.exp2(-bits.astype(np.float64))  # about one ulp at the value's precision
+        candidate = np.flatnonzero((values != 0) & np.isfinite(values))
+        for d in range(MAX_DECIMALS, -1, -1):  # a value on no grid of 10^-6 is on no coarser one: most leave at once
+            if not len(candidate):
+                break
+            scale = 10.0**d
+            scaled = values[candidate] * scale
+            told = 64 * rounding[candidate] <= 1 / scale  # elsewhere this grid is too fine to tell: no verdict
+            on = ~told | (np.abs(scaled - np.rint(scaled)) <= 4 * scale * rounding[candidate])
+            out[candidate[told & on]] = d
+            candidate = candidate[on]
+    return out
+
+
+def decimal_step(values: np.ndarray, bits: np.ndarray, window: int) -> np.ndarray | float:
+    """The step of the decimal grid the values were printed on, at each point: 10^-d for the
+    fewest decimals d that hold at least half of the last `window` values (the rule of
+    `precision_bits`), 0 where none does."""
+    decimals = np.asarray(_most_hold(value_decimals(values, bits), range(MAX_DECIMALS, -1, -1), MAX_DECIMALS + 1, window))
+    steps = np.where(decimals > MAX_DECIMALS, 0.0, 10.0 ** -decimals.astype(np.float64))
+    return steps if steps.ndim else float(steps)
+
+
+def _most_hold(needs: np.ndarray, grades: Sequence[int], loosest: int, window: int) -> np.ndarray | int:
+    """At each point, the tightest of `grades` (from loose to tight) that at least half of
+    the last `window` values need no more than, else `loosest`; one number when every value
+    needs the same.  Counts over a window: exact however the stream was cut."""
+    if not len(needs) or (needs == needs[0]).all():  # the usual case
+        return int(needs[0]) if len(needs) else needs.astype(np.int64)
+    out = np.full(len(needs), loosest)
+    seen = np.minimum(np.arange(1, len(needs) + 1), window)
+    for grade in grades:
+        out[2 * _window_count(needs <= grade, window) >= seen] = grade
     return out
 
 

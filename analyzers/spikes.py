@@ -55,7 +55,8 @@ went from 19 to 14; the tuning logs' scores did not move.  A rising or flat curv
 level and sigma (a smoothly climbing validation loss has almost no second differences).
 
 There is no ratio floor (+0.6 nats on a 3.9-nat loss is a large event): only `min_quanta`
-representable steps of the stored precision, so a bf16 loss never alerts on rounding.  The
+steps of the values' rounding (representable steps of the stored precision, or the decimals
+a logger printed), so a bf16 loss, or one printed to 3 decimals, never alerts on rounding.  The
 rise must be sudden, most of its height gained within `rise_points` points; one not yet
 reported that keeps making new highs past that and past the fast horizon is a climb (an
 eval loss rising for 15 evaluations), left to the trend detectors.

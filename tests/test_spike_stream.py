@@ -77,6 +77,17 @@ def test_one_point_appends_find_what_one_pass_finds():
         assert bool(ones) == (curve.truth[-1].kind is Kind.LOSS_SPIKE), curve.name
 
 
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(2, 40), st.integers(0, 2**32 - 1))
+def test_any_split_of_a_loss_printed_rounded_then_not_finds_what_one_pass_finds(pieces, seed):
+    """The decimal grid a baseline reads off the values changes midway, wherever the cuts."""
+    curve = CORPUS[seed % len(CORPUS)]
+    step, value = curve.steps, curve.tags["train/loss"].copy()
+    value[: len(value) // 2] = np.round(value[: len(value) // 2], 3)
+    cuts = random_cuts(np.random.default_rng(seed), len(step), pieces)
+    assert in_pieces(step, value, cuts, checks=2) == whole(step, value)
+
+
 def test_a_live_spike_split_around_its_onset_and_recovery():
     value = clean_curve(3).tags["train/loss"].copy()
     value[2000:2150] *= np.linspace(2.5, 1.0, 150)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from analyzers.baseline import decimal_step, value_bits, value_decimals
 from analyzers.findings import Severity, SpikeClass
 from analyzers.roles import Role
 from analyzers.series import TagWrites, prepare_series
@@ -116,6 +117,35 @@ def test_bf16_rounding_raises_nothing():
     bf16 = ((bits + 0x8000) & 0xFFFF0000).view(np.float32).astype(float)
     assert len(np.unique(bf16)) < 10  # it really moves in 0.0078 steps
     assert LossSpikeDetector().detect(series(bf16)) == []
+
+
+def test_a_smooth_climb_printed_to_three_decimals_raises_no_spike():
+    # 2.0 + step / 1000, as a logger rounding to 3 decimals prints it: its residuals are zero
+    # but for a double's last bits, and every third step was a "spike" of 10^12 sigmas
+    v = np.round(2.0 + np.arange(2000) / 1000, 3)
+    assert LossSpikeDetector().detect(series(v)) == []
+    assert LossSpikeDetector().detect(series(v.astype(np.float32).astype(float))) == []  # an event file's float32
+
+
+def test_a_spike_in_a_loss_printed_to_four_decimals_is_still_found():
+    v = np.round(bump(flat(3000), 1500, 3.0, 5), 4)
+    f = only(LossSpikeDetector().detect(series(v)))
+    assert f.start_step == 1500 and f.classification is SpikeClass.FAST_RECOVERING
+
+
+def test_the_decimals_a_value_was_printed_with():
+    v = np.array([2.139, 2.1, 3.0, 0.0, 2.13899994, 1 / 3, 0.5, 1e-7])
+    assert value_decimals(v, value_bits(v)).tolist() == [3, 1, 7, 7, 7, 7, 7, 7]  # 3.0, 0.5: bf16 values; zero, off-grid, too fine
+    as32 = v.astype(np.float32).astype(float)  # what an event file holds: 2.13899994 is 2.139 there
+    assert value_decimals(as32, value_bits(as32)).tolist() == [3, 1, 7, 7, 3, 7, 7, 7]
+
+
+def test_the_decimal_step_is_what_most_of_the_window_was_printed_with():
+    v = np.concatenate([np.round(flat(300), 4), flat(300)])  # a logger that rounded, then one that did not
+    step = decimal_step(v, value_bits(v), 128)
+    assert step[100] == 1e-4 and step[300 + 63] == 1e-4 and step[300 + 64] == 0.0
+    two = np.round(flat(300), 2)  # 2.2 needs one decimal, 2.25 is a bf16 value: most need two
+    assert (decimal_step(two, value_bits(two), 128)[16:] == 0.01).all()
 
 
 def test_warmup_and_fast_decay_raise_nothing():
