@@ -200,18 +200,19 @@ def value_decimals(values: np.ndarray, bits: np.ndarray) -> np.ndarray:
     (a float32 near 2 shows 4 decimals at most, a bf16 one none); zeros, off every grid and
     those (`MAX_DECIMALS` + 1) tell nothing."""
     out = np.full(len(values), MAX_DECIMALS + 1, np.int8)
-    with np.errstate(invalid="ignore", over="ignore"):
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         rounding = np.abs(values) * np.exp2(-bits.astype(np.float64))  # about one ulp at the value's precision
-        candidate = np.flatnonzero((values != 0) & np.isfinite(values))
-        for d in range(MAX_DECIMALS, -1, -1):  # a value on no grid of 10^-6 is on no coarser one: most leave at once
-            if not len(candidate):
-                break
-            scale = 10.0**d
-            scaled = values[candidate] * scale
-            told = 64 * rounding[candidate] <= 1 / scale  # elsewhere this grid is too fine to tell: no verdict
-            on = ~told | (np.abs(scaled - np.rint(scaled)) <= 4 * scale * rounding[candidate])
-            out[candidate[told & on]] = d
-            candidate = candidate[on]
+        finest = np.minimum(np.floor(-np.log10(64 * rounding)), MAX_DECIMALS)  # the finest grid told apart
+        at = np.flatnonzero((values != 0) & (finest >= 0))  # NaN, inf and zero: no verdict
+        decimals = finest[at].astype(np.int8)
+        while len(at):  # a value off its finest grid is on no coarser one: most leave at once
+            scale = 10.0 ** decimals.astype(np.float64)
+            scaled = values[at] * scale
+            on = np.abs(scaled - np.rint(scaled)) <= 4 * scale * rounding[at]
+            at, decimals = at[on], decimals[on]
+            out[at] = decimals
+            coarser = decimals > 0
+            at, decimals = at[coarser], decimals[coarser] - 1
     return out
 
 
@@ -220,8 +221,11 @@ def decimal_step(values: np.ndarray, bits: np.ndarray, window: int) -> np.ndarra
     fewest decimals d that hold at least half of the last `window` values (the rule of
     `precision_bits`), 0 where none does."""
     decimals = np.asarray(_most_hold(value_decimals(values, bits), range(MAX_DECIMALS, -1, -1), MAX_DECIMALS + 1, window))
-    steps = np.where(decimals > MAX_DECIMALS, 0.0, 10.0 ** -decimals.astype(np.float64))
+    steps = _DECIMAL_STEPS[decimals]
     return steps if steps.ndim else float(steps)
+
+
+_DECIMAL_STEPS = np.array([10.0**-d for d in range(MAX_DECIMALS + 1)] + [0.0])  # by decimals; none: 0
 
 
 def _most_hold(needs: np.ndarray, grades: Sequence[int], loosest: int, window: int) -> np.ndarray | int:
@@ -232,8 +236,13 @@ def _most_hold(needs: np.ndarray, grades: Sequence[int], loosest: int, window: i
         return int(needs[0]) if len(needs) else needs.astype(np.int64)
     out = np.full(len(needs), loosest)
     seen = np.minimum(np.arange(1, len(needs) + 1), window)
+    present = np.bincount(needs, minlength=loosest + 1) > 0  # a grade no value needs holds where a tighter one needed does
     for grade in grades:
-        out[2 * _window_count(needs <= grade, window) >= seen] = grade
+        if present[grade]:
+            holds = 2 * _window_count(needs <= grade, window) >= seen
+            if not holds.any():
+                break  # nor does any tighter one
+            out[holds] = grade
     return out
 
 
