@@ -127,6 +127,13 @@ def test_a_smooth_climb_printed_to_three_decimals_raises_no_spike():
     assert LossSpikeDetector().detect(series(v.astype(np.float32).astype(float))) == []  # an event file's float32
 
 
+def test_a_loss_stuck_at_chance_moving_by_its_last_printed_digits_raises_no_spike():
+    v = np.full(600, 0.6931)  # ln 2, as a logger printing 4 decimals shows it
+    for moved in (0.6932, 0.6935):
+        v[400] = moved
+        assert LossSpikeDetector().detect(series(v)) == [], moved  # was a spike "0.6931 -> 0.6932"
+
+
 def test_a_spike_in_a_loss_printed_to_four_decimals_is_still_found():
     v = np.round(bump(flat(3000), 1500, 3.0, 5), 4)
     f = only(LossSpikeDetector().detect(series(v)))
