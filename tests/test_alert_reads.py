@@ -133,7 +133,7 @@ def test_only_what_the_evaluation_needs_is_read(store):
         assert len(stored_alerts.load_alerts_to_evaluate_of_runs(conn, [run_id], [], ["divergence"], ["other"])[run_id]) == len(settled)
 
 
-def test_an_analysis_reporting_more_alerts_than_a_statement_takes_ids_reads_them_all(store, monkeypatch):
+def test_an_analysis_reporting_more_alerts_than_a_statement_takes_ids_asks_for_them_in_turn(store, monkeypatch):
     monkeypatch.setattr(stored_alerts, "MAX_IDS", 3)
     over = [alert(Kind.DIVERGENCE, s, ongoing=False, end=s + 5) for s in range(100, 600, 100)]
     history(store, [alert(Kind.DIVERGENCE, s) for s in range(100, 600, 100)], over)
@@ -143,5 +143,9 @@ def test_an_analysis_reporting_more_alerts_than_a_statement_takes_ids_reads_them
     changes, expected = analysed(store, over, None, T0 + 10)  # five ids: more than three
     assert changes == expected == []
     assert rows(store) == before
-    assert len(read_whole) == 2  # once for the expectation, once by `apply`
+    assert len(read_whole) == 1  # for the expectation only: `apply` asked for the five, three then two
+    with store.read() as conn:
+        run_id = stored_runs.find_runs(conn, "r", "http")[0].id
+        asked = stored_alerts.load_alerts_to_evaluate_of_runs(conn, [run_id], [a.id for a in over], [], [])[run_id]
+    assert set(asked) == {a.id for a in over}
 

@@ -34,6 +34,13 @@ def in_url(name: str) -> str:
     return quote(name.encode("utf-8", "surrogatepass"), safe="").replace(".", "%2E")
 
 
+@pytest.mark.parametrize("name", ["%00", "%41", "a%2Fb", "%", "100%"])
+def test_a_name_holding_percent_escapes_is_stored_as_it_is_not_decoded_again(client, name):
+    r = client.post(f"/v1/runs/{in_url(name)}/points", json=[{"step": 1, "loss": 1.0}])
+    assert r.status_code == 200 and r.json()["run"] == name
+    assert client.get(f"/v1/runs/{in_url(name)}/series", params={"tag": "loss"}).json()["run"] == name
+
+
 @FUZZ
 @given(name=any_text | long_text)
 def test_any_run_name_is_stored_and_read_back_or_refused_with_a_4xx(client, name):

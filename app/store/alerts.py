@@ -31,15 +31,16 @@ def load_alerts_to_evaluate_of_runs(
     without bound, and reading it all (decoding every finding) was a third of an analysed
     append to a long run.  Ids and tags of a batch's runs are asked of all of them: an
     alert read beyond a run's own needs changes nothing of its evaluation.  More than
-    `MAX_IDS` ids (a first analysis of a long run reporting its whole history) read every
-    alert instead: a statement takes a bounded number of parameters."""
+    `MAX_IDS` ids (a first analysis of a long run reporting its whole history, a batch of 32
+    runs reporting 40 each) are asked `MAX_IDS` at a time: a statement takes a bounded
+    number of parameters, and reading each run's whole history instead cost a statement per
+    run."""
     ids = sorted(set(ids))
-    if len(ids) > MAX_IDS:
-        return {run_id: load_alerts(conn, run_id) for run_id in run_ids}
     out: dict[int, dict[str, AlertRecord]] = {run_id: {} for run_id in run_ids}
-    params = {"run_ids": run_ids, "ids": ids, "kinds": sorted(set(inhibiting)), "tags": sorted(set(tags))}
-    for row in conn.execute(_LOAD_TO_EVALUATE, params):
-        out[row.run_id][row.id] = _record(row)
+    params = {"run_ids": run_ids, "kinds": sorted(set(inhibiting)), "tags": sorted(set(tags))}
+    for at in range(0, max(len(ids), 1), MAX_IDS):
+        for row in conn.execute(_LOAD_TO_EVALUATE, params | {"ids": ids[at : at + MAX_IDS]}):
+            out[row.run_id][row.id] = _record(row)
     return out
 
 
