@@ -47,6 +47,9 @@ bench: install-test
 	$(BIN)/python bench/scale.py
 	$(BIN)/python bench/append.py
 	$(BIN)/python bench/analyze_memory.py
+	$(BIN)/python bench/falling_spikes.py
+	$(BIN)/python bench/flat_eval.py
+	$(BIN)/python bench/rounded.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info app/ingest/_tfrecord.c app/ingest/*.so

@@ -8,6 +8,9 @@ out"), old code beside new in the same run:
 * group commit in process: 32 runs posted to in turn, 10 points a post, `size` posts
   written per transaction (`app.service.ingest.ingest_json_group`; the old code: one each),
   without HTTP: wall, CPU and PostgreSQL's CPU (all its processes, from /proc) per post;
+* a deferred analysis in process: 32 runs posted 24 times each (10 points a post, the
+  120 steps a loop posting 24 times a second brings per `--analysis-interval`), then
+  analysed in one batch as a worker's background loop does (`analyze_apart`): CPU per run;
 * the app's CPU per small append: its ASGI callable (every middleware, the route, the
   answer) driven in process by one 10-point post after another, the group writer stubbed to
   answer at once: what the HTTP stack costs a worker on top of uvicorn and the writing;
@@ -329,6 +332,50 @@ def group_costs(code: Path | None, size: int, rounds: int) -> list[float]:
         return json.loads(out.stdout)
 
 
+ANALYSIS_SNIPPET = textwrap.dedent("""
+    import json, sys, time
+    from analyzers.config import AnalysisConfig
+    from app.service import ingest
+    from app.service.settings import Settings
+    from app.store import runs as stored_runs
+    from app.store.db import open_store
+    from app.updates import analyze_apart
+    store, rounds = open_store(sys.argv[1]), int(sys.argv[2])
+    deferred = Settings(analysis_interval=3600.0)
+    runs = [f"loop-{c}" for c in range(32)]
+    def body(first):
+        return json.dumps({"points": [{"step": s, "tag": t, "value": 2.0 + s / 1000} for s in range(first, first + 5)
+                                      for t in ("train/loss", "train/grad_norm")]}).encode()
+    first, cpu, analysed = 0, 0.0, 0
+    for r in range(2 + rounds):
+        for _ in range(24):  # a second of a loop posting 24 times a second
+            for at in (0, 16):
+                ingest.ingest_json_group(store, [ingest.PostedPoints(n, body(first), False, False, time.time()) for n in runs[at : at + 16]], deferred)
+            first += 5
+        with store.write() as conn:
+            claimed = stored_runs.claim_dirty_runs(conn, time.time() + 1, time.time(), len(runs))
+        started = time.process_time()
+        analyze_apart(store, claimed, AnalysisConfig(), [], time.time)
+        if r >= 2:  # the first two: the runs' first analyses
+            cpu += time.process_time() - started
+            analysed += len(claimed)
+    print(json.dumps(cpu / analysed))
+""")
+
+
+def analysis_cost(code: Path | None, rounds: int) -> float:
+    """CPU seconds per run of the background's deferred analysis, in process: 32 runs posted
+    10 points 24 times each (the 120 steps a run posting 24 times a second brings in the
+    default `--analysis-interval` of 1 s), then analysed in one batch (`analyze_apart`, as
+    a worker's loop does), `rounds` times."""
+    code = code or Path(__file__).resolve().parents[1]
+    with postgres_store() as store:
+        env = {**os.environ, "PYTHONPATH": str(code)}
+        out = subprocess.run([sys.executable, "-c", ANALYSIS_SNIPPET, store.url, str(rounds)], env=env, cwd=code,
+                             capture_output=True, check=True, text=True)
+        return json.loads(out.stdout)
+
+
 APP_SNIPPET = textwrap.dedent("""
     import asyncio, json, logging, logging.config, sys, time
     from app.service.app import create_app
@@ -565,6 +612,14 @@ def main() -> None:
         wall, cpu, pg = group_costs(code, size, 30 if args.quick else 100)
         rows.append([label, size, f"{wall * 1000:.2f}", f"{cpu * 1000:.2f}", f"{pg * 1000:.2f}"])
     print(table(["code", "posts per transaction", "wall ms/post", "CPU ms/post", "PostgreSQL CPU ms/post"], rows))
+    print("\n### A deferred analysis, in process (32 runs, 24 posts of 10 points each, then one batch; 2 runs each, in turn)\n")
+    spent: dict[str, list[float]] = {label: [] for label, _ in codes}
+    for _ in range(2):
+        for label, code in codes:
+            progress(f"deferred analyses: {label}")
+            spent[label].append(analysis_cost(code, 4 if args.quick else 10))
+    print(table(["code", "CPU ms per run analysed (best of 2)", "both"],
+                [[label, f"{min(c) * 1000:.2f}", " ".join(f"{x * 1000:.2f}" for x in c)] for label, c in spent.items()]))
     print("\n### The app's CPU per small append, in process (the group writer stubbed; 3 runs each, in turn)\n")
     costs: dict[str, list[float]] = {label: [] for label, _ in codes}
     for _ in range(3):

@@ -11,8 +11,9 @@ bits, and a step of the grid read as a spike of up to 10^12 sigmas.  The series:
   schedule; loss, grad norm and LR, 3,000 steps) with noise 0, 0.05%, 0.2% and 1%, their
   loss and grad norm printed to 2, 3 or 4 decimals or left whole, two seeds each;
 * the same runs with one fast-recovering spike planted (1.5-4x) at 60% of the run;
-* two degenerate healthy curves: `bench/append.py`'s loss, 2.0 + step/1000 to 3 decimals,
-  and a loss stuck at ln 2 printed as 0.6931 whose last digit moves once.
+* two noiseless curves, apart: `bench/append.py`'s loss, 2.0 + step/1000 to 3 decimals (a
+  smooth climb: a divergence, and no spike), and a loss stuck at ln 2 printed as 0.6931
+  whose last digit moves once (nothing).
 
     .venv/bin/python bench/rounded.py                        # this checkout
     .venv/bin/python bench/rounded.py --code /tmp/lw-main    # old beside new
@@ -74,14 +75,14 @@ def healthy_runs() -> list[Series]:
     return out
 
 
-def degenerate_runs() -> list[Series]:
+def noiseless_runs() -> list[Series]:
     steps = np.arange(2000)
     climb = np.round(2.0 + steps / 1000, 3)
     stuck = np.full(600, 0.6931)
     stuck[400] = 0.6932
     return [
-        ("degenerate", "append bench's loss, 2.0 + step/1000 to 3 decimals", {"train/loss": (steps, climb)}, None),
-        ("degenerate", "a loss stuck at 0.6931, one point at 0.6932", {"train/loss": (np.arange(600), stuck)}, None),
+        ("noiseless", "bench/append.py's loss, 2.0 + step/1000 to 3 decimals", {"train/loss": (steps, climb)}, None),
+        ("noiseless", "a loss stuck at 0.6931, one point at 0.6932", {"train/loss": (np.arange(600), stuck)}, None),
     ]
 
 
@@ -115,6 +116,8 @@ def tally(series: list[Series], found: list[list[list]]) -> dict[str, Counter]:
     planted spikes, found (a loss spike within 10 steps)."""
     out: dict[str, Counter] = {}
     for (group, _, _, at), alerts in zip(series, found):
+        if group == "noiseless":
+            continue
         c = out.setdefault(group, Counter())
         if at is None:
             c["runs"] += 1
@@ -132,24 +135,33 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--code", type=Path, help="a checkout of the old code (e.g. main), run beside this one")
     args = parser.parse_args()
-    series = healthy_runs() + degenerate_runs()
-    rows, examples = [], {}
+    series = healthy_runs() + noiseless_runs()
+    rows, kinds, examples = [], [], {}
     with tempfile.TemporaryDirectory(prefix="rounded-") as tmp:
         for label, code in ([("old", args.code)] if args.code else []) + [("new", None)]:
             print(f"[rounded] {label}: {len(series)} series", file=sys.stderr, flush=True)
             found = analysed(code, series, Path(tmp))
-            examples[label] = next((f"{s[1]}: {a[4]}" for s, alerts in zip(series, found) if s[3] is None for a in alerts), None)
+            healthy = [(s, alerts) for s, alerts in zip(series, found) if s[0] != "noiseless" and s[3] is None]
+            examples[label] = next((f"{s[1]}: {a[4]}" for s, alerts in healthy for a in alerts), None)
             for group, c in tally(series, found).items():
-                planted = f"{c['found']}/{c['planted']}" if c["planted"] else "-"
-                rows.append([group, label, c["runs"], c["loud runs"], c["alerts"], c["warnings"], planted])
+                rows.append([group, label, c["runs"], c["loud runs"], c["alerts"], c["warnings"], f"{c['found']}/{c['planted']}"])
+            for s, alerts in zip(series, found):
+                if s[0] == "noiseless":
+                    told = Counter(f"{a[0]} ({a[3]})" for a in alerts)
+                    kinds.append([s[1], label, ", ".join(f"{n} {k}" for k, n in sorted(told.items())) or "nothing"])
     rows.sort(key=lambda r: (r[0], r[1] != "old"))
-    print(f"### Healthy runs printed to a few decimals ({len(series)} series)\n")
-    print("| printed | code | healthy runs | with an alert | alerts (all runs, planted spikes apart) | warnings or worse (healthy runs) | planted spikes found |")
+    print(f"### Healthy runs printed to a few decimals ({len(series) - 2} series)\n")
+    print("| printed | code | healthy runs | with an alert | alerts (planted spikes apart) | warnings or worse | planted spikes found |")
     print("|---|---|---|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(str(c) for c in row) + " |")
     for label, example in examples.items():
         print(f"\n{label}, a first alert on a healthy run: {example or 'none'}")
+    print("\n### Noiseless curves\n")
+    print("| curve | code | findings |")
+    print("|---|---|---|")
+    for row in kinds:
+        print("| " + " | ".join(row) + " |")
 
 
 if __name__ == "__main__":

@@ -23,16 +23,16 @@ def load_alerts_to_evaluate_of_runs(
     conn: Connection, run_ids: list[int], ids: Iterable[str], inhibiting: Iterable[str], tags: Iterable[str]
 ) -> dict[int, dict[str, AlertRecord]]:
     """Of these runs' alerts, those an evaluation of their analyses (`lifecycle.evaluate`) can
-    change or consult, in one query (every run id is a key): the open ones (each resolves
-    once no longer seen), those of these ids (the analyses report them: a resolved one
-    reported over again is left as it is, not fired again) and those of these kinds on these
-    tags (a resolved NaN or divergence still inhibits the lesser spikes after it on its
-    tag).  The others are resolved and cannot change: a run's history of alerts grows
-    without bound, and reading it all (decoding every finding) was a third of an analysed
-    append to a long run.  Ids and tags of a batch's runs are asked of all of them: an
-    alert read beyond a run's own needs changes nothing of its evaluation.  More than
-    `MAX_IDS` ids (a first analysis of a long run reporting its whole history, a batch of 32
-    runs reporting 40 each) are asked `MAX_IDS` at a time: a statement takes a bounded
+    change or consult, in one query (one per `MAX_IDS` ids; every run id is a key): the open
+    ones (each resolves once no longer seen), those of these ids (the analyses report them:
+    a resolved one reported over again is left as it is, not fired again) and those of
+    these kinds on these tags (a resolved NaN or divergence still inhibits the lesser spikes
+    after it on its tag).  The others are resolved and cannot change: a run's history of
+    alerts grows without bound, and reading it all (decoding every finding) was a third of
+    an analysed append to a long run.  Ids and tags of a batch's runs are asked of all of
+    them: an alert read beyond a run's own needs changes nothing of its evaluation.  More
+    than `MAX_IDS` ids (a first analysis of a long run reporting its whole history, a batch
+    of 32 runs reporting 40 each) are asked `MAX_IDS` at a time: a statement takes a bounded
     number of parameters, and reading each run's whole history instead cost a statement per
     run."""
     ids = sorted(set(ids))
