@@ -55,7 +55,7 @@ import tempfile
 import textwrap
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -613,21 +613,11 @@ def main() -> None:
         rows.append([label, size, f"{wall * 1000:.2f}", f"{cpu * 1000:.2f}", f"{pg * 1000:.2f}"])
     print(table(["code", "posts per transaction", "wall ms/post", "CPU ms/post", "PostgreSQL CPU ms/post"], rows))
     print("\n### A deferred analysis, in process (32 runs, 24 posts of 10 points each, then one batch; 2 runs each, in turn)\n")
-    spent: dict[str, list[float]] = {label: [] for label, _ in codes}
-    for _ in range(2):
-        for label, code in codes:
-            progress(f"deferred analyses: {label}")
-            spent[label].append(analysis_cost(code, 4 if args.quick else 10))
-    print(table(["code", "CPU ms per run analysed (best of 2)", "both"],
-                [[label, f"{min(c) * 1000:.2f}", " ".join(f"{x * 1000:.2f}" for x in c)] for label, c in spent.items()]))
+    spent = in_turn(codes, 2, "deferred analyses", lambda code: analysis_cost(code, 4 if args.quick else 10))
+    print(table(["code", "CPU ms per run analysed (best of 2)", "both"], best_of(spent, 1000, 2)))
     print("\n### The app's CPU per small append, in process (the group writer stubbed; 3 runs each, in turn)\n")
-    costs: dict[str, list[float]] = {label: [] for label, _ in codes}
-    for _ in range(3):
-        for label, code in codes:
-            progress(f"the app's CPU per post: {label}")
-            costs[label].append(app_cost(code, 1000 if args.quick else 4000))
-    print(table(["code", "app CPU us/post (best of 3)", "all 3"],
-                [[label, f"{min(c) * 1e6:.0f}", " ".join(f"{x * 1e6:.0f}" for x in c)] for label, c in costs.items()]))
+    costs = in_turn(codes, 3, "the app's CPU per post", lambda code: app_cost(code, 1000 if args.quick else 4000))
+    print(table(["code", "app CPU us/post (best of 3)", "all 3"], best_of(costs, 1e6, 0)))
     with tempfile.TemporaryDirectory(prefix="append-bench-") as tmp:
         workdir = Path(tmp)
         paced_rows, closed_rows = [], []
@@ -642,6 +632,22 @@ def main() -> None:
         print(f"\n### Small appends, {CLIENTS} clients, closed loop: max sustained rate ({seconds:.0f} s)\n")
         print(table(LOAD_HEADERS, closed_rows))
         big_run(codes, big_steps, seconds, 1, workdir)
+
+
+def in_turn(codes: list[tuple[str, Path | None]], rounds: int, what: str, measure: Callable[[Path | None], float]) -> dict[str, list[float]]:
+    """`measure(code)` of each code in turn, `rounds` times, so the machine's swings fall on
+    every code alike."""
+    out: dict[str, list[float]] = {label: [] for label, _ in codes}
+    for _ in range(rounds):
+        for label, code in codes:
+            progress(f"{what}: {label}")
+            out[label].append(measure(code))
+    return out
+
+
+def best_of(results: dict[str, list[float]], scale: float, digits: int) -> list[list[str]]:
+    """Rows of each code's best (lowest) figure, then all of them, in `scale` units."""
+    return [[label, f"{min(c) * scale:.{digits}f}", " ".join(f"{x * scale:.{digits}f}" for x in c)] for label, c in results.items()]
 
 
 def big_run(codes: list[tuple[str, Path | None]], steps: int, seconds: float, rounds: int, workdir: Path) -> None:
