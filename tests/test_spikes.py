@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from analyzers.baseline import decimal_step, value_bits, value_decimals
 from analyzers.findings import Severity, SpikeClass
@@ -155,6 +157,19 @@ def test_the_decimals_a_value_was_printed_with():
     assert value_decimals(v, value_bits(v)).tolist() == [3, 1, 7, 7, 7, 7, 7, 7]  # 3.0, 0.5: bf16 values; zero, off-grid, too fine
     as32 = v.astype(np.float32).astype(float)  # what an event file holds: 2.13899994 is 2.139 there
     assert value_decimals(as32, value_bits(as32)).tolist() == [3, 1, 7, 7, 3, 7, 7, 7]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(1e-3, 1e4) | st.floats(-1e4, -1e-3), st.integers(0, 6), st.booleans())
+def test_a_value_printed_with_d_decimals_needs_at_most_d_where_its_precision_tells(x, d, as_float32):
+    printed = np.array([round(x, d)])
+    if as_float32:  # what an event file holds of it
+        printed = printed.astype(np.float32).astype(float)
+    assume(printed[0] != 0)
+    bits = value_bits(printed)
+    needs = int(value_decimals(printed, bits)[0])
+    told = abs(printed[0]) * 2.0 ** -int(bits[0]) * 64 <= 10.0**-d  # a float32 near 1e4 tells 2 decimals, 3.0 (bf16) none
+    assert needs <= d if told else needs in (*range(d + 1), 7)
 
 
 def test_the_decimal_step_is_what_most_of_the_window_was_printed_with():
