@@ -39,7 +39,12 @@ char-LM's fp16 grad norm, `charlm_fp16_lr_jump` at step 1736, with the loss unmo
 informational unless a loss spike follows it (`analyzers.incidents.join_explosions`).
 
 Stuck.  `stuck_points` (50) identical finite values in a row: a norm that is not measured,
-or steps that are skipped.
+or steps that are skipped.  Unless the values already repeated by their rounding before the
+run began: a norm printed to 2 decimals near 0.02 repeats 0.01 or 0.02 for 50-150 points at
+a time (6-10 warnings a run), where a norm logged at full precision never repeats.  At
+least `rounding_share` (10%) of the `rounding_pairs` (128) consecutive pairs before the run
+equal: its repeats are the printer's.  A norm stuck from its first point, or after values
+that never repeated, still is.
 """
 
 from __future__ import annotations
@@ -65,7 +70,9 @@ class GradNormConfig:
     hold_points: int = 200  # longest the level stays frozen in an unstable stretch
     gap_points: int = 3  # this many points below the line end an explosion
     settle_points: int = 8  # an explosion this long that jumps again is a new one
-    stuck_points: int = 50  # this many identical values in a row: not really logged
+    stuck_points: int = 50  # this many identical values in a row: not really logged ...
+    rounding_pairs: int = 128  # ... unless of the consecutive pairs before the run, this many at most,
+    rounding_share: float = 0.1  # ... this share were equal already: the values repeat by their rounding
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,8 @@ class StuckState(StreamState):
     start_step: int  # where the current run of equal values began
     last_step: int
     points: int
+    rounded: bool  # the values repeated by their rounding before the current run began
+    recent: np.ndarray  # whether each of the last `rounding_pairs` finite values equals the one before
 
 
 @dataclass(frozen=True)
@@ -120,7 +129,7 @@ class GradNormDetector:
     def start(self) -> GradNormState:
         return GradNormState(
             explosions=ExplosionState(tail=np.zeros(0), frozen=None, stretch=0, calm_run=0, open=None),
-            stuck=StuckState(value=None, start_step=0, last_step=0, points=0),
+            stuck=StuckState(value=None, start_step=0, last_step=0, points=0, rounded=False, recent=np.zeros(0, bool)),
         )
 
     def feed(
@@ -310,30 +319,44 @@ class GradNormDetector:
     # -- stuck -------------------------------------------------------------------------
 
     def _stuck(self, tag: str, state: StuckState, x: np.ndarray, t: np.ndarray) -> tuple[StuckState, list[Finding], list[Finding]]:
-        """Runs of one repeated value; the one still going on is open."""
-        least = self.config.stuck_points
+        """Runs of one repeated value, those the values' rounding explains apart; the one still
+        going on is open."""
         n = len(x)
         if not n:
-            return state, [], [self._stuck_finding(tag, state, ongoing=True)] if state.points >= least else []
+            return state, [], self._told(tag, state, ongoing=True)
         same = np.empty(n, bool)
         same[0] = state.value is not None and x[0] == state.value
         same[1:] = x[1:] == x[:-1]
+        flags = np.concatenate([state.recent, same])  # the kept pairs, then this feed's
+        kept, recent = len(state.recent), flags[-self.config.rounding_pairs :]
         starts = np.flatnonzero(~same)  # where a new value begins
         closed = []
         if same[0]:  # the run that was going on goes on up to the first new value
             end = int(starts[0]) - 1 if len(starts) else n - 1
-            state = replace(state, last_step=int(t[end]), points=state.points + end + 1)
+            state = replace(state, last_step=int(t[end]), points=state.points + end + 1, recent=recent)
             if not len(starts):
-                return state, [], [self._stuck_finding(tag, state, ongoing=True)] if state.points >= least else []
-        if state.points >= least:
-            closed.append(self._stuck_finding(tag, state, ongoing=False))
+                return state, [], self._told(tag, state, ongoing=True)
+        closed += self._told(tag, state, ongoing=False)
         lengths = np.diff(np.append(starts, n))
-        for j in np.flatnonzero(lengths[:-1] >= least).tolist():
+        for j in np.flatnonzero(lengths[:-1] >= self.config.stuck_points).tolist():
             a, b = int(starts[j]), int(starts[j]) + int(lengths[j]) - 1
-            closed.append(self._stuck_finding(tag, StuckState(float(x[a]), int(t[a]), int(t[b]), int(lengths[j])), ongoing=False))
+            run = StuckState(float(x[a]), int(t[a]), int(t[b]), int(lengths[j]), self._rounded(flags, kept + a), recent)
+            closed += self._told(tag, run, ongoing=False)
         a = int(starts[-1])
-        current = StuckState(float(x[a]), int(t[a]), int(t[-1]), n - a)
-        return current, closed, [self._stuck_finding(tag, current, ongoing=True)] if current.points >= least else []
+        current = StuckState(float(x[a]), int(t[a]), int(t[-1]), n - a, self._rounded(flags, kept + a), recent)
+        return current, closed, self._told(tag, current, ongoing=True)
+
+    def _rounded(self, flags: np.ndarray, at: int) -> bool:
+        """Whether at least `rounding_share` of the `rounding_pairs` values before `flags[at]`
+        equalled the one before them: repeats the values' rounding explains."""
+        before = flags[max(0, at - self.config.rounding_pairs) : at]
+        return bool(len(before)) and float(before.mean()) >= self.config.rounding_share
+
+    def _told(self, tag: str, run: StuckState, *, ongoing: bool) -> list[Finding]:
+        """The run's finding, if it is long enough and not explained by rounding."""
+        if run.points < self.config.stuck_points or run.rounded:
+            return []
+        return [self._stuck_finding(tag, run, ongoing=ongoing)]
 
     @staticmethod
     def _stuck_finding(tag: str, run: StuckState, *, ongoing: bool) -> Finding:

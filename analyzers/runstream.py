@@ -96,8 +96,8 @@ class StateOutdated(Exception):
 
 
 # Raise when any detector's state changes shape (or the way it is packed at rest).
-STATE_FORMAT = 6
-READ_FORMATS = (5, 6)  # 5: the same shapes, arrays described by dicts
+STATE_FORMAT = 7
+READ_FORMATS = (7,)  # 7: the grad norm's stuck runs know whether rounding explains them
 
 
 # -- the state --------------------------------------------------------------------------
@@ -892,8 +892,7 @@ def dumps(state: RunState) -> bytes:
 
 
 def loads(data: bytes) -> RunState:
-    """The state `dumps` saved (or the release before saved: its arrays were described by
-    dicts); StateOutdated if it was saved in another format."""
+    """The state `dumps` saved; StateOutdated if it was saved in another format."""
     size = int.from_bytes(data[:8], "little")
     arrays = memoryview(data)[8 + size :]
     plain = json.loads(zlib.decompress(data[8 : 8 + size]))
@@ -961,10 +960,8 @@ def _differences(a: np.ndarray) -> np.ndarray:
     return out
 
 
-def _unarray(d: list | dict, arrays: memoryview) -> np.ndarray:
-    """The array a `_Packer` description names (a dict: the previous release's)."""
-    if isinstance(d, dict):
-        return _unarray([d["dtype"], "d" if d.get("d") else "r", d["at"], d["n"]], arrays)
+def _unarray(d: list, arrays: memoryview) -> np.ndarray:
+    """The array a `_Packer` description names."""
     dtype, how = np.dtype(d[0]), d[1]
     if how == "s":
         first, stride, n = d[2:]

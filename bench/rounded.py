@@ -9,7 +9,9 @@ bits, and a step of the grid read as a spike of up to 10^12 sigmas.  The series:
 
 * healthy runs (`tests/curves.py` `clean_curve`: warmup, cosine, step or constant
   schedule; loss, grad norm and LR, 3,000 steps) with noise 0, 0.05%, 0.2% and 1%, their
-  loss and grad norm printed to 2, 3 or 4 decimals or left whole, two seeds each;
+  loss and grad norm printed to 2, 3 or 4 decimals or left whole, two seeds each; the grad
+  norm as it is (0.25-0.85) or a converged model's, 20 times smaller (0.012-0.04: printed
+  to 2 decimals it repeats 0.01 or 0.02 for 50-150 points);
 * the same runs with one fast-recovering spike planted (1.5-4x) at 60% of the run;
 * two noiseless curves, apart: `bench/append.py`'s loss, 2.0 + step/1000 to 3 decimals (a
   smooth climb: a divergence, and no spike), and a loss stuck at ln 2 printed as 0.6931
@@ -45,6 +47,7 @@ NOISES = (0.0, 0.0005, 0.002, 0.01)
 DECIMALS = (None, 2, 3, 4)
 SCHEDULES = ("cosine", "step", "constant")
 SEEDS = 2
+NORM_SCALES = (1.0, 0.05)  # the grad norm as it is, and a converged model's
 POINTS = 3000
 
 
@@ -61,17 +64,19 @@ def healthy_runs() -> list[Series]:
     out: list[Series] = []
     for noise in NOISES:
         for decimals in DECIMALS:
-            for schedule in SCHEDULES:
-                for seed in range(SEEDS):
-                    for planted in (False, True):
-                        curve = clean_curve(seed, points=POINTS, noise=noise, schedule=schedule)
-                        at = None
-                        if planted:
-                            plant_spike(curve, int(0.6 * POINTS), SpikeClass.FAST_RECOVERING, np.random.default_rng(seed))
-                            at = curve.truth[-1].step
-                        tags = {tag: (curve.steps, v if tag == "train/lr" else printed(v, decimals)) for tag, v in curve.tags.items()}
-                        group = f"{decimals} decimals" if decimals is not None else "whole"
-                        out.append((group, f"{schedule}, noise {noise}, seed {seed}", tags, at))
+            for norm in NORM_SCALES:
+                for schedule in SCHEDULES:
+                    for seed in range(SEEDS):
+                        for planted in (False, True):
+                            curve = clean_curve(seed, points=POINTS, noise=noise, schedule=schedule)
+                            curve.tags["train/grad_norm"] = curve.tags["train/grad_norm"] * norm
+                            at = None
+                            if planted:
+                                plant_spike(curve, int(0.6 * POINTS), SpikeClass.FAST_RECOVERING, np.random.default_rng(seed))
+                                at = curve.truth[-1].step
+                            tags = {tag: (curve.steps, v if tag == "train/lr" else printed(v, decimals)) for tag, v in curve.tags.items()}
+                            group = (f"{decimals} decimals" if decimals is not None else "whole") + (f", grad norm x{norm}" if norm != 1 else "")
+                            out.append((group, f"{schedule}, noise {noise}, seed {seed}", tags, at))
     return out
 
 

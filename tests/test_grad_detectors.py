@@ -154,6 +154,39 @@ def test_a_stuck_grad_norm_is_open_while_it_lasts():
     assert stuck.message == "grad_norm is stuck at 0 for 200 points (steps 100-299)"
 
 
+def small_norm_printed_to_two_decimals(seed: int) -> np.ndarray:
+    """A converged model's grad norm, 0.012-0.04, as a loop printing 2 decimals logs it: it
+    repeats 0.01 or 0.02 for 50-150 points at a time."""
+    return np.round(0.05 * clean_curve(seed, points=3000).tags["train/grad_norm"], 2)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_norm_that_repeats_by_its_rounding_is_not_stuck(seed):
+    grad = small_norm_printed_to_two_decimals(seed)
+    longest = max(len(run) for run in np.split(grad, np.flatnonzero(np.diff(grad)) + 1))
+    assert longest >= 50  # the old rule: 6-10 "stuck" warnings a run
+    assert GradNormDetector().detect(series(grad)) == []
+
+
+def test_a_norm_stuck_from_its_first_point_or_after_values_that_never_repeated_still_is():
+    assert [f.start_step for f in GradNormDetector().detect(series(np.zeros(200)))] == [0]
+    grad = np.concatenate([calm(64), np.full(60, 0.3), calm(64)])  # 64 pairs that never repeat, then 60 equal
+    [stuck] = GradNormDetector().detect(series(grad))
+    assert (stuck.start_step, stuck.end_step, stuck.ongoing) == (64, 123, False)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2), st.integers(2, 40), st.integers(0, 2**32 - 1))
+def test_any_split_of_a_rounded_norm_finds_what_one_pass_finds(seed, pieces, cut_seed):
+    # full precision, then stuck (told), then printed to 2 decimals (its repeats not told)
+    grad = np.concatenate([calm(200), np.full(80, 0.3), small_norm_printed_to_two_decimals(seed)])
+    steps = np.arange(len(grad))
+    cuts = sorted(set(np.random.default_rng(cut_seed).integers(1, len(grad), pieces - 1).tolist()))
+    whole = GradNormDetector().detect(series(grad))
+    assert [(f.kind, f.start_step) for f in whole] == [(Kind.GRAD_NORM_STUCK, 200)]
+    assert sorted(feed_in_pieces(GradNormDetector(), steps, grad, cuts, "grad_norm"), key=lambda f: f.start_step) == whole
+
+
 # -- NaN and Inf -----------------------------------------------------------------------
 
 
