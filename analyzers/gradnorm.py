@@ -71,8 +71,8 @@ class GradNormConfig:
     gap_points: int = 3  # this many points below the line end an explosion
     settle_points: int = 8  # an explosion this long that jumps again is a new one
     stuck_points: int = 50  # this many identical values in a row: not really logged ...
-    rounding_pairs: int = 128  # ... unless of the consecutive pairs before the run, this many at most,
-    rounding_share: float = 0.1  # ... this share were equal already: the values repeat by their rounding
+    rounding_pairs: int = 128  # ... unless, of the last this many values before the run,
+    rounding_share: float = 0.1  # ... this share already equalled the one before them: repeats of rounding
 
 
 @dataclass(frozen=True)
