@@ -58,6 +58,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -272,14 +273,19 @@ STATEMENTS_SNIPPET = textwrap.dedent("""
 """)
 
 
+def snippet_result(code: Path | None, snippet: str, *args: object) -> Any:
+    """What `snippet` prints as JSON, run with these arguments in a process of its own on the
+    code at `code` (None: this checkout), so old and new code are measured alike."""
+    code = code or Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", snippet, *map(str, args)], env={**os.environ, "PYTHONPATH": str(code)},
+                         cwd=code, capture_output=True, check=True, text=True)
+    return json.loads(out.stdout)
+
+
 def statements(code: Path | None) -> list[int]:
     """[10 points deferred, 8 tags deferred, 10 points analysed inline] of the code at `code`."""
-    code = code or Path(__file__).resolve().parents[1]
     with postgres_store() as store:
-        env = {**os.environ, "PYTHONPATH": str(code)}
-        out = subprocess.run([sys.executable, "-c", STATEMENTS_SNIPPET, store.url], env=env, cwd=code,
-                             capture_output=True, check=True, text=True)
-        return json.loads(out.stdout)
+        return snippet_result(code, STATEMENTS_SNIPPET, store.url)
 
 
 GROUP_SNIPPET = textwrap.dedent("""
@@ -324,12 +330,8 @@ GROUP_SNIPPET = textwrap.dedent("""
 def group_costs(code: Path | None, size: int, rounds: int) -> list[float]:
     """[wall, CPU, PostgreSQL CPU] seconds per post, posts written `size` to a transaction
     in one process (no HTTP): 32 runs, 10 points a post, the analysis deferred."""
-    code = code or Path(__file__).resolve().parents[1]
     with postgres_store() as store:
-        env = {**os.environ, "PYTHONPATH": str(code)}
-        out = subprocess.run([sys.executable, "-c", GROUP_SNIPPET, store.url, str(size), str(rounds)], env=env, cwd=code,
-                             capture_output=True, check=True, text=True)
-        return json.loads(out.stdout)
+        return snippet_result(code, GROUP_SNIPPET, store.url, size, rounds)
 
 
 ANALYSIS_SNIPPET = textwrap.dedent("""
@@ -368,12 +370,8 @@ def analysis_cost(code: Path | None, rounds: int) -> float:
     10 points 24 times each (the 120 steps a run posting 24 times a second brings in the
     default `--analysis-interval` of 1 s), then analysed in one batch (`analyze_apart`, as
     a worker's loop does), `rounds` times."""
-    code = code or Path(__file__).resolve().parents[1]
     with postgres_store() as store:
-        env = {**os.environ, "PYTHONPATH": str(code)}
-        out = subprocess.run([sys.executable, "-c", ANALYSIS_SNIPPET, store.url, str(rounds)], env=env, cwd=code,
-                             capture_output=True, check=True, text=True)
-        return json.loads(out.stdout)
+        return snippet_result(code, ANALYSIS_SNIPPET, store.url, rounds)
 
 
 APP_SNIPPET = textwrap.dedent("""
@@ -418,12 +416,8 @@ APP_SNIPPET = textwrap.dedent("""
 def app_cost(code: Path | None, posts: int) -> float:
     """CPU seconds the app (`create_app`) of the code at `code` spends per small append, the
     group writer stubbed (no database work), in a process of its own."""
-    code = code or Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory(prefix="append-bench-app-") as tmp:
-        env = {**os.environ, "PYTHONPATH": str(code)}
-        out = subprocess.run([sys.executable, "-c", APP_SNIPPET, f"sqlite:///{tmp}/store.db", str(posts)], env=env, cwd=code,
-                             capture_output=True, check=True, text=True)
-        return json.loads(out.stdout)
+        return snippet_result(code, APP_SNIPPET, f"sqlite:///{tmp}/store.db", posts)
 
 
 def small_appends(code: Path | None, workers: int, deferred: bool, seconds: float, workdir: Path) -> tuple[Load, Load]:
@@ -511,11 +505,7 @@ def big_in_process(url: str, name: str, first: int, code: Path | None, rounds: i
     """[[wall, CPU] of an analysed append, [wall, CPU] of a deferred one] (medians, seconds)
     to the big run in a process of its own, without HTTP: each analysed append after three
     deferred ones, as at 40 requests/s; and the step the next would start at."""
-    code = code or Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": str(code)}
-    out = subprocess.run([sys.executable, "-c", BIG_SNIPPET, url, name, str(first), str(rounds)], env=env, cwd=code,
-                         capture_output=True, check=True, text=True)
-    analysed, deferred, after = json.loads(out.stdout)
+    analysed, deferred, after = snippet_result(code, BIG_SNIPPET, url, name, first, rounds)
     return [analysed, deferred], after
 
 
