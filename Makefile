@@ -50,6 +50,7 @@ bench: install-test
 	$(BIN)/python bench/falling_spikes.py
 	$(BIN)/python bench/flat_eval.py
 	$(BIN)/python bench/rounded.py
+	$(BIN)/python bench/schedules.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info app/ingest/_tfrecord.c app/ingest/*.so

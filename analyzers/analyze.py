@@ -9,13 +9,21 @@ import numpy as np
 from analyzers.config import AnalysisConfig
 from analyzers.findings import Finding, Kind
 from analyzers.gradnorm import GradNormDetector
-from analyzers.incidents import explained_by_spike, inside_explosion, join_explosions, overfitting_tells, told_by_loss_nan
+from analyzers.incidents import (
+    after_warm_restart,
+    explained_by_spike,
+    inside_explosion,
+    join_explosions,
+    overfitting_tells,
+    told_by_loss_nan,
+)
 from analyzers.lossscale import LossScaleDetector
 from analyzers.nonfinite import NonFiniteDetector
 from analyzers.overfitting import EvalRiseDetector, judge, train_counterpart
 from analyzers.plateau import InitialLevelDetector, ZeroLRDetector, merge_plateaus, stalled_plateaus, warming_up
 from analyzers.restarts import RestartDetector
 from analyzers.roles import Role
+from analyzers.schedule import WarmRestartDetector
 from analyzers.series import RunSeries
 from analyzers.spikes import LossSpikeDetector
 from analyzers.trend import DivergenceDetector
@@ -36,11 +44,13 @@ def _analyze(run: RunSeries, config: AnalysisConfig) -> list[Finding]:
     explosions = [f for s in run.with_role(Role.GRAD_NORM) for f in GradNormDetector(config.grad_norm).detect(s)]
     explosions, spikes = join_explosions(explosions, spikes, config.incident_steps)
     trends = _trends(run, config, spikes, explosions)
+    lr_restarts = [(f.start_step, f.end_step) for s in run.with_role(Role.LEARNING_RATE) for f in WarmRestartDetector(config.schedule).detect(s)]
     spikes = [s for s in spikes if not overfitting_tells(s, trends)]
+    reported = [s for s in spikes if not after_warm_restart(s, lr_restarts, config.schedule.follow_points)]
     nonfinite = NonFiniteDetector(config.nonfinite).detect(run)
     loss_tags, grad_tags = {s.tag for s in losses}, {s.tag for s in run.with_role(Role.GRAD_NORM)}
     findings = (
-        spikes
+        reported
         + explosions
         + [f for f in nonfinite if not told_by_loss_nan(f, nonfinite, loss_tags, grad_tags) and not inside_explosion(f, explosions)]
         + [f for s in run.with_role(Role.LOSS_SCALE) for f in LossScaleDetector(config.loss_scale).detect(s)]

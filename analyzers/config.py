@@ -26,6 +26,7 @@ from analyzers.overfitting import OverfittingConfig
 from analyzers.plateau import PlateauConfig
 from analyzers.restarts import RestartConfig
 from analyzers.roles import Role
+from analyzers.schedule import ScheduleConfig
 from analyzers.spikes import SpikeConfig
 from analyzers.trend import TrendConfig
 
@@ -59,6 +60,7 @@ class AnalysisConfig:
     overfitting: OverfittingConfig = OverfittingConfig()
     health: HealthConfig = HealthConfig()
     restarts: RestartConfig = RestartConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
     stale: StaleConfig = StaleConfig()
     incident_steps: int = 20  # a grad-norm explosion leads the loss spike it causes by at most this
     roles: dict[str, str] = field(default_factory=dict)  # tag -> role, over what the name says

@@ -1,8 +1,9 @@
 """Findings of different detectors that are one incident, shared by the one-shot analysis
 (`analyzers.analyze`) and the streaming one (`analyzers.runstream`): a grad-norm explosion
 and the loss spike it leads, a divergence a spike already accounts for, an evaluation
-loss's spike an overfitting finding already tells, a grad norm's NaN a loss's NaN already
-told, and a grad norm's overflow skip inside its explosion."""
+loss's spike an overfitting finding already tells, a loss spike a warm restart of the LR
+schedule caused, a grad norm's NaN a loss's NaN already told, and a grad norm's overflow
+skip inside its explosion."""
 
 from __future__ import annotations
 
@@ -96,6 +97,22 @@ def overfitting_tells(spike: Finding, trends: list[Finding]) -> bool:
         f.kind is Kind.OVERFITTING and f.tag == spike.tag
         and f.start_step <= spike.start_step <= (f.end_step if f.end_step is not None else spike.start_step)
         for f in trends
+    )
+
+
+def after_warm_restart(spike: Finding, restarts: list[tuple[int, int | None]], follow_points: int) -> bool:
+    """A loss spike that starts within a warm restart of the LR schedule (`restarts`: the
+    (start, end) steps of those found on the LR tags by `analyzers.schedule`; end None while
+    the LR still rises) or the first `follow_points` of its logged points
+    after it: the loss rising with its LR, as the trainer's schedule meant (analyzers/schedule.py).
+    Unless the loss did not come back (divergent).  Decided from steps alone, so that a
+    stream cut anywhere decides it alike."""
+    if spike.kind is not Kind.LOSS_SPIKE or spike.classification is SpikeClass.DIVERGENT:
+        return False
+    after = follow_points * int(spike.evidence.get("interval", 1))
+    return any(
+        start <= spike.start_step <= (end if end is not None else spike.start_step) + after
+        for start, end in restarts
     )
 
 

@@ -47,6 +47,7 @@ from analyzers.findings import Finding, Kind, Severity, SpikeClass
 from analyzers.gradnorm import GradNormDetector, GradNormState
 from analyzers.health import Health, RunHealth, converged, told, unsettling
 from analyzers.incidents import (
+    after_warm_restart,
     explained_by_spike,
     inside_explosion,
     join_explosions,
@@ -68,6 +69,7 @@ from analyzers.plateau import (
 )
 from analyzers.restarts import RestartDetector
 from analyzers.roles import Role, assign_roles
+from analyzers.schedule import RestartState, WarmRestartDetector
 from analyzers.series import Resume, RunSeries, Series, TagWrites, current_view, logging_interval, resume_steps
 from analyzers.spikes import LossSpikeDetector, SpikeState
 from analyzers.stream import StreamState, field_types, of_states, required
@@ -76,6 +78,7 @@ from analyzers.trend import DivergenceDetector, DivergenceState
 TAIL_POINTS = 4096  # points of each tag's current view the state keeps
 MAX_KEPT = 512  # findings kept for the cross-tag steps; past that the oldest are final
 MAX_PAST_SPIKES = 1024  # per loss tag: final spikes an open divergence may be explained by
+MAX_PAST_RESTARTS = 1024  # the LR's warm restarts a spike kept may have followed
 
 _LOSSES = (Role.LOSS, Role.EVAL_LOSS)
 _TAILED = (*_LOSSES, Role.LEARNING_RATE, Role.GRAD_NORM)  # the roles the cross-tag steps read points of
@@ -96,8 +99,8 @@ class StateOutdated(Exception):
 
 
 # Raise when any detector's state changes shape (or the way it is packed at rest).
-STATE_FORMAT = 7
-READ_FORMATS = (7,)  # 7: the grad norm's stuck runs know whether rounding explains them
+STATE_FORMAT = 8
+READ_FORMATS = (8,)  # 8: LR tags follow the schedule's warm restarts
 
 
 # -- the state --------------------------------------------------------------------------
@@ -160,6 +163,7 @@ class RunState:
     kept: list[Kept] = field(default_factory=list)
     resumes: list[ResumeRecord] = field(default_factory=list)
     past_spikes: dict[str, list[tuple[int, bool]]] = field(default_factory=dict)  # tag -> (onset, fast) of dropped ones
+    past_restarts: list[tuple[int, int | None]] = field(default_factory=list)  # (start, end) of the LR's dropped warm restarts
     finals: list[tuple[str, str, int]] = field(default_factory=list)  # (tag, kind, start) returned as final
     shown: list[tuple[str, str, int]] = field(default_factory=list)  # (tag, kind, start) of the last open findings
     tally: HealthTally = field(default_factory=HealthTally)
@@ -204,6 +208,7 @@ def _detectors(role: Role, config: AnalysisConfig) -> dict[str, Any]:
         out["scale"] = LossScaleDetector(config.loss_scale)
     if role is Role.LEARNING_RATE:
         out["zero_lr"] = ZeroLRDetector(p)
+        out["warm_restart"] = WarmRestartDetector(config.schedule)
     if role is Role.LOSS:
         out["divergence"] = DivergenceDetector(config.trend)
         out["initial"] = InitialLevelDetector(p)
@@ -215,7 +220,7 @@ def _detectors(role: Role, config: AnalysisConfig) -> dict[str, Any]:
 
 _STATE_TYPES: dict[str, type] = {
     "nonfinite": NonFiniteState, "spike": SpikeState, "grad": GradNormState, "scale": LossScaleState,
-    "zero_lr": ZeroLRState, "divergence": DivergenceState, "initial": InitialLevelState, "eval_rise": EvalRiseState,
+    "zero_lr": ZeroLRState, "warm_restart": RestartState, "divergence": DivergenceState, "initial": InitialLevelState, "eval_rise": EvalRiseState,
 }
 
 
@@ -273,6 +278,7 @@ def _copy(state: RunState) -> RunState:
         kept=[replace(k) for k in state.kept],
         resumes=[ResumeRecord(r.resume, dict(r.writes)) for r in state.resumes],
         past_spikes={k: list(v) for k, v in state.past_spikes.items()},
+        past_restarts=list(state.past_restarts),
         finals=list(state.finals),
         shown=list(state.shown),
         tally=HealthTally(t.spikes, t.largest, t.above_band, {k: list(v) for k, v in t.still_up.items()}, dict(t.first)),
@@ -424,7 +430,7 @@ def _not_at_zero(state: GradNormState, value: np.ndarray) -> bool:
 # a stretch and its values): those may be fed a stretch of windows at once.
 _SKIPPABLE: dict[str, Callable[[Any, np.ndarray], bool]] = {
     "nonfinite": _unread, "spike": _unread, "scale": _unread, "divergence": _unread, "initial": _unread,
-    "grad": _not_at_zero,
+    "grad": _not_at_zero, "warm_restart": _unread,
 }
 
 
@@ -640,6 +646,8 @@ def _cross(state: RunState, config: AnalysisConfig) -> list[Finding]:
     explosions, spikes = join_explosions(explosions, spikes, config.incident_steps)
     trends = _trends(state, config, series, by_role, spikes, explosions)
     spikes = [s for s in spikes if not overfitting_tells(s, trends)]
+    lr_restarts = state.past_restarts + [(f.start_step, f.end_step) for _, f in _group(state, "warm_restart")]
+    reported = [s for s in spikes if not after_warm_restart(s, lr_restarts, config.schedule.follow_points)]
     fp16 = bool(by_role[Role.LOSS_SCALE])
     nonfinite = []
     for tag, f in _group(state, "nonfinite"):
@@ -658,7 +666,7 @@ def _cross(state: RunState, config: AnalysisConfig) -> list[Finding]:
         empty = TagWrites(np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int32))
         at = replace(run, writes={tag: record.writes.get(tag, empty) for tag in tags})
         restarts.append(detector.finding(at, record.resume, spikes))
-    findings = spikes + explosions + nonfinite + scale + trends + restarts
+    findings = reported + explosions + nonfinite + scale + trends + restarts
     return sorted(findings, key=lambda f: (f.start_step, f.kind.value, f.tag))
 
 
@@ -760,16 +768,22 @@ def _forget(state: RunState, tail_points: int) -> None:
     keep = []
     for k in state.kept:
         if k.done and oldest is not None and _reach(k.finding) < oldest:
-            _remember_spike(state, k)
+            _remember(state, k)
         else:
             keep.append(k)
     while len(keep) > MAX_KEPT and any(k.done for k in keep):
         i = next(i for i, k in enumerate(keep) if k.done)
-        _remember_spike(state, keep.pop(i))
+        _remember(state, keep.pop(i))
     state.kept = keep
 
 
-def _remember_spike(state: RunState, k: Kept) -> None:
+def _remember(state: RunState, k: Kept) -> None:
+    """What the cross-tag steps still need of a final finding dropped from `kept`: a
+    spike's onset and outcome (a divergence may be explained by it), a warm restart's steps
+    (a spike still kept may have followed it)."""
+    if k.group == "warm_restart":
+        state.past_restarts.append((k.finding.start_step, k.finding.end_step))
+        del state.past_restarts[:-MAX_PAST_RESTARTS]
     if k.group == "spike":
         past = state.past_spikes.setdefault(k.tag, [])
         past.append((k.finding.start_step, k.finding.classification is SpikeClass.FAST_RECOVERING, still_up(k.finding)))
@@ -1072,6 +1086,7 @@ def _plain(state: RunState, _array) -> dict:
             for r in state.resumes
         ],
         "past_spikes": state.past_spikes,
+        "past_restarts": state.past_restarts,
         "finals": state.finals,
         "shown": state.shown,
         "tally": {"spikes": tally.spikes, "largest": tally.largest, "above_band": tally.above_band,
@@ -1105,6 +1120,7 @@ def _run_state(d: dict, _unarray) -> RunState:
         kept=[Kept(k["group"], k["tag"], _finding(k["finding"]), k["done"]) for k in d["kept"]],
         resumes=resumes,
         past_spikes={k: [tuple(x) for x in v] for k, v in d["past_spikes"].items()},
+        past_restarts=[tuple(x) for x in d["past_restarts"]],
         finals=[tuple(x) for x in d["finals"]],
         shown=[tuple(x) for x in d["shown"]],
         tally=HealthTally(t["spikes"], largest, t["above_band"], {k: list(v) for k, v in t["still_up"].items()}, first),

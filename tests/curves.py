@@ -115,6 +115,25 @@ def regression_curve(seed: int, *, steps: int = 4000, tail: float = 4.0, batch: 
     return Curve(f"regression-t{tail:g}-{seed}", np.arange(steps, dtype=np.int64), {"train/loss": loss})
 
 
+def restart_curve(seed: int, *, period: int = 1000, points: int = 6000, interval: int = 1, ramp: int = 0) -> Curve:
+    """A healthy run on SGDR (`CosineAnnealingWarmRestarts`): the LR anneals from 3e-4 to
+    5% of it over each `period` steps and jumps back to 3e-4 (or climbs back over `ramp`
+    steps, as timm's cycles warm up), and the loss, 2 + 4 exp(-step / 800) with 1% noise,
+    stands up to 8% higher while the LR is high: it rises at each restart and falls as the
+    LR anneals again.  No event is planted."""
+    rng = np.random.default_rng(seed)
+    steps = np.arange(points, dtype=np.int64) * interval
+    into = steps % period
+    lr = 3e-4 * (0.05 + 0.95 * 0.5 * (1 + np.cos(np.pi * into / period)))
+    if ramp:
+        warming = (into < ramp) & (steps >= period)
+        lr[warming] = lr[warming] * (into[warming] + 1) / ramp  # from a tiny LR up to the peak again
+    loss = (2 + 4 * np.exp(-steps / 800)) * (1 + 0.08 * lr / 3e-4) * (1 + 0.01 * rng.standard_normal(points))
+    grad = 0.5 * np.exp(0.1 * rng.standard_normal(points))
+    name = f"sgdr-{period}-i{interval}" + (f"-ramp{ramp}" if ramp else "")
+    return Curve(name, steps, {"train/loss": loss, "train/grad_norm": grad, "train/lr": lr})
+
+
 def _decay(t: np.ndarray, warmup: float, schedule: str) -> np.ndarray:
     if schedule == "step":
         return np.where(t > 0.6, 0.3, 1.0)

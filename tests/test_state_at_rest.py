@@ -114,6 +114,15 @@ def test_a_state_saved_before_the_stuck_runs_knew_their_rounding_is_outdated(for
         loads(_previous_release_dumps(_state(), format))
 
 
+def test_a_state_saved_before_lr_tags_followed_warm_restarts_is_outdated(monkeypatch):
+    """Format 7 had no warm-restart detector on its LR tags: fed again from the start."""
+    monkeypatch.setattr(runstream, "STATE_FORMAT", 7)
+    saved = dumps(_state())
+    monkeypatch.undo()
+    with pytest.raises(runstream.StateOutdated, match="state format 7, expected 8"):
+        loads(saved)
+
+
 def _text(state) -> str:
     """A state as comparable text: every field, arrays value by value, NaN as NaN (equal
     states give equal text)."""

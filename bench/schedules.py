@@ -1,0 +1,97 @@
+"""Healthy runs on a schedule with warm restarts (issue 10: never cry wolf), old code beside
+new: the alerts every detector raises on them, and spikes planted between restarts, or on
+an LR pushed past its peak by a bug, still found.
+
+SGDR (PyTorch's `CosineAnnealingWarmRestarts`, the HF Trainer's `cosine_with_restarts`)
+sends the LR back to its peak every cycle, and the loss rises with it, then falls as the LR
+anneals.  The series (`tests/curves.py` `restart_curve`, 6,000 logged points, 3 seeds):
+
+* cycles of 300 and 1,000 steps logged every step, and of 10,000 steps logged every 10;
+  the LR jumping back at once, or warming up again over 20 or 50 steps (timm's cycles);
+* each run clean, and again with one fast-recovering spike planted between two restarts
+  (at 58% of the run, away from any restart);
+* the 1,000-step cycles with the LR multiplied by 10 for 400 steps from 3,500 (a bug, past
+  its peak) and the loss 1.5x for the first 100 of them: a spike that is news.
+
+    .venv/bin/python bench/schedules.py                        # this checkout
+    .venv/bin/python bench/schedules.py --code /tmp/lw-main    # old beside new
+
+Markdown on stdout, progress on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from analyzers.findings import SpikeClass  # noqa: E402
+from bench.rounded import Series, analysed, tally  # noqa: E402
+from tests.curves import plant_spike, restart_curve  # noqa: E402
+
+SHAPES = ((300, 1, 0), (1000, 1, 0), (1000, 1, 20), (1000, 1, 50), (10000, 10, 0))  # (period, interval, ramp)
+SEEDS = 3
+POINTS = 6000
+
+
+def _tags(curve) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    return {tag: (curve.steps, v) for tag, v in curve.tags.items()}
+
+
+def restart_runs() -> list[Series]:
+    """Every run on warm restarts, clean and with a planted spike between restarts."""
+    out: list[Series] = []
+    for period, interval, ramp in SHAPES:
+        group = f"cycles of {period} steps, every {interval}" + (f", {ramp}-step warm-up" if ramp else "")
+        for seed in range(SEEDS):
+            for planted in (False, True):
+                curve = restart_curve(seed, period=period, points=POINTS, interval=interval, ramp=ramp)
+                at = None
+                if planted:
+                    plant_spike(curve, int(0.58 * POINTS), SpikeClass.FAST_RECOVERING, np.random.default_rng(seed))
+                    at = curve.truth[-1].step
+                out.append((group, f"seed {seed}", _tags(curve), at))
+    return out
+
+
+def lr_bug_runs() -> list[Series]:
+    """The LR x10 past its peak for 400 steps, the loss 1.5x for 100: a spike to tell."""
+    out: list[Series] = []
+    for seed in range(SEEDS):
+        curve = restart_curve(seed, period=1000, points=POINTS)
+        curve.tags["train/lr"][3500:3900] *= 10
+        curve.tags["train/loss"][3500:3600] *= 1.5
+        out.append(("LR x10 past its peak (a bug)", f"seed {seed}", _tags(curve), 3500))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--code", type=Path, help="a checkout of the old code (e.g. main), run beside this one")
+    args = parser.parse_args()
+    series = restart_runs() + lr_bug_runs()
+    rows, examples = [], {}
+    with tempfile.TemporaryDirectory(prefix="schedules-") as tmp:
+        for label, code in ([("old", args.code)] if args.code else []) + [("new", None)]:
+            print(f"[schedules] {label}: {len(series)} series", file=sys.stderr, flush=True)
+            found = analysed(code, series, Path(tmp))
+            examples[label] = next((f"{s[1]}, {s[0]}: {a[4]}" for s, alerts in zip(series, found) if s[3] is None for a in alerts), None)
+            for group, c in tally(series, found).items():
+                rows.append([group, label, c["runs"], c["loud runs"], c["alerts"], c["warnings"], f"{c['found']}/{c['planted']}"])
+    rows.sort(key=lambda r: (r[0], r[1] != "old"))
+    print(f"### Healthy runs on warm restarts ({len(series)} series)\n")
+    print("| schedule | code | healthy runs | with an alert | alerts (planted spikes apart) | warnings or worse | planted spikes found |")
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(str(c) for c in row) + " |")
+    for label, example in examples.items():
+        print(f"\n{label}, a first alert on a healthy run: {example or 'none'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""Warm restarts of the LR schedule (analyzers/schedule.py): found on the LR tag, and the
+loss rise each one causes not reported as a spike, in one pass and in any split of a
+stream; spikes and LR jumps that are news still are."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from analyzers.findings import Kind, SpikeClass
+from analyzers.roles import Role
+from analyzers.schedule import WarmRestartDetector
+from analyzers.series import Series, logging_interval
+from analyzers.stream import feed_in_pieces
+from tests.curves import clean_curve, plant_spike, restart_curve
+from tests.test_run_stream import _batch, _norm, stream
+
+
+def _lr(curve) -> Series:
+    step, value = curve.steps, curve.tags["train/lr"]
+    finite = np.isfinite(value)
+    return Series("train/lr", Role.LEARNING_RATE, step, value, finite, step[finite], value[finite], logging_interval(step))
+
+
+def _restarts(curve) -> list[tuple[int, int | None]]:
+    return [(f.start_step, f.end_step) for f in WarmRestartDetector().detect(_lr(curve))]
+
+
+def test_each_jump_of_an_sgdr_schedule_back_to_its_peak_is_a_restart():
+    curve = restart_curve(0, period=1000)
+    assert _restarts(curve) == [(s, s) for s in range(1000, 6000, 1000)]
+    found = WarmRestartDetector().detect(_lr(curve))
+    assert found[0].message == "train/lr restarted its schedule at step 1000: 1.5e-05 -> 0.0003"
+    assert found[0].evidence == {"reason": "lr_warm_restart", "from": pytest.approx(1.5e-05, rel=1e-3), "to": 3e-4}
+
+
+def test_a_warm_up_back_to_the_peak_is_one_restart_over_its_ramp():
+    """The LR drops to 1/20 of its peak at each cycle's first step and climbs back over 19."""
+    curve = restart_curve(0, period=1000, ramp=20)
+    assert _restarts(curve) == [(s + 1, s + 19) for s in range(1000, 6000, 1000)]
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "step", "constant"])
+def test_a_schedule_that_never_goes_back_up_has_no_restart(schedule):
+    """The first warm-up climbs to new highs: it restarts nothing."""
+    assert _restarts(clean_curve(0, schedule=schedule)) == []
+
+
+def test_an_lr_jump_past_its_peak_is_no_restart():
+    """A bug that multiplied the LR (charlm_lr_jump_a: x10 at step 1100) is news."""
+    curve = clean_curve(0)
+    curve.tags["train/lr"][2000:] *= 10
+    assert _restarts(curve) == []
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(1, 5999), min_size=1, max_size=8).map(sorted), st.sampled_from([0, 20]))
+def test_any_split_of_the_lr_finds_the_same_restarts(cuts, ramp):
+    lr = _lr(restart_curve(0, period=1000, ramp=ramp))
+    whole = WarmRestartDetector().detect(lr)
+    assert feed_in_pieces(WarmRestartDetector(), lr.step, lr.value, sorted(set(cuts)), lr.tag, checks=3) == whole
+
+
+RESTARTING = [
+    restart_curve(seed, period=period, interval=interval, ramp=ramp)
+    for seed, period, interval, ramp in [(0, 1000, 1, 0), (1, 300, 1, 0), (2, 1000, 1, 20), (3, 10000, 10, 0), (4, 500, 1, 50)]
+]
+
+
+@pytest.mark.parametrize("curve", RESTARTING, ids=lambda c: c.name)
+def test_a_healthy_run_on_warm_restarts_raises_nothing(curve):
+    """Before the join, every restart read as a spike: 5 to 19 a run, most warnings."""
+    assert curve.findings() == []
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_spike_between_restarts_is_still_found(seed):
+    curve = restart_curve(seed, period=1000)
+    plant_spike(curve, 3500, SpikeClass.FAST_RECOVERING, np.random.default_rng(seed))
+    found = curve.findings()
+    assert [(f.kind, f.start_step, f.classification) for f in found] == [(Kind.LOSS_SPIKE, 3500, SpikeClass.FAST_RECOVERING)]
+
+
+def test_a_loss_that_does_not_come_back_from_a_restart_is_still_told():
+    """The restart at step 3000 sends the loss up 50% for good: divergent, reported."""
+    curve = restart_curve(0, period=1000)
+    curve.tags["train/loss"][3000:] *= 1.5
+    found = [f for f in curve.findings() if f.kind is Kind.LOSS_SPIKE]
+    assert [(f.start_step, f.classification) for f in found] == [(3000, SpikeClass.DIVERGENT)]
+
+
+def test_a_spike_on_an_lr_jump_past_its_peak_is_still_found():
+    curve = restart_curve(0, period=1000)
+    curve.tags["train/lr"][3500:3900] *= 10  # past the peak: a bug, not the schedule
+    curve.tags["train/loss"][3500:3600] *= 1.5
+    found = [f for f in curve.findings() if f.kind is Kind.LOSS_SPIKE]
+    assert [f.start_step for f in found] == [3500]
+
+
+cuts = st.lists(st.floats(0.001, 0.999), min_size=1, max_size=12).map(sorted)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, len(RESTARTING) - 1), cuts, st.sampled_from([4096, 256]))
+def test_any_split_of_a_run_on_warm_restarts_finds_what_one_shot_finds(i, shares, tail):
+    """Streamed with the full tail, or a short one that settles and forgets the restarts
+    many times over: the same (no) findings as one pass, a spike planted between restarts
+    and a divergence from one included."""
+    curve = restart_curve(i, period=1000)
+    plant_spike(curve, 2500, SpikeClass.SLOW_RECOVERING, np.random.default_rng(i))
+    curve.tags["train/loss"][5000:] *= 1.5
+    writes = curve.writes()
+    state, found, open_ = stream(writes, (), shares, tail)
+    assert _norm(found) == _batch(writes, ())[0]
