@@ -77,11 +77,14 @@ class WarmRestartDetector:
         c = self.config
         before = np.concatenate([state.recent, value])  # the values before each new point start here
         kept = len(state.recent)
-        peak = np.maximum.accumulate(np.concatenate([[state.peak], value]))[:-1]
         prev = before[kept - 1 : -1] if kept else np.concatenate([[np.nan], value[:-1]])
         rising = value > prev  # NaN (no point before) compares False
-        jump = rising & (value > 0) & (value <= peak) & (value >= c.restart_ratio * _lowest_before(before, kept, c.restart_points))
         n = len(value)
+        latest = (float(max(state.peak, value.max())), before[-c.restart_points :].copy(), int(step[-1]))
+        if state.start < 0 and not rising.any():  # the usual case: an LR that holds or decays
+            return RestartState(*latest, -1, math.nan, False, math.nan), [], []
+        peak = np.maximum.accumulate(np.concatenate([[state.peak], value]))[:-1]  # the highest before each point
+        jump = rising & (value > 0) & (value <= peak) & (value >= c.restart_ratio * _lowest_before(before, kept, c.restart_points))
         closed, s = [], state
         for a, b in _rises(rising, state.start >= 0):
             carried = a == 0 and state.start >= 0
@@ -95,9 +98,9 @@ class WarmRestartDetector:
             )
             if b < n:
                 closed += self._closed(s, tag, int(step[b - 1]) if b else state.last_step)
-        if not (n and rising[-1]):
+        if not rising[-1]:
             s = RestartState(state.peak, state.recent, state.last_step, -1, math.nan, False, math.nan)
-        s = RestartState(float(max(state.peak, value.max())), before[-c.restart_points :].copy(), int(step[-1]), s.start, s.low, s.jumped, s.top)
+        s = RestartState(*latest, s.start, s.low, s.jumped, s.top)
         return s, closed, self._open(s, tag)
 
     def _closed(self, s: RestartState, tag: str, end: int) -> list[Finding]:
