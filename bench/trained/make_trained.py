@@ -58,6 +58,7 @@ class Plan:
     schedule_lost: bool = False  # the resume restarts the LR schedule from step 0
     train_chars: int | None = None  # train on only this many characters (overfitting)
     eval_every: int | None = None
+    restart_every: int | None = None  # SGDR: the cosine restarts from the peak every this many steps after warmup
 
 
 class CharLM(nn.Module):
@@ -97,6 +98,9 @@ def batch(text: np.ndarray, seed: int, step: int) -> tuple[torch.Tensor, torch.T
 def scheduled_lr(plan: Plan, step: int) -> float:
     if step < plan.warmup:
         return plan.peak_lr * (step + 1) / plan.warmup
+    if plan.restart_every:  # `CosineAnnealingWarmRestarts`: to 5% of the peak, then back to the peak at once
+        into = (step - plan.warmup) % plan.restart_every / plan.restart_every
+        return plan.peak_lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * into)))
     progress = (step - plan.warmup) / max(1, plan.steps - plan.warmup)
     return plan.peak_lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
@@ -254,6 +258,16 @@ PLANS = [
          lr_factor=window(900, 950, 8.0)),
     Plan("charlm_clean_long_warmup", "Clean run with a 600-step warmup, no gradient clipping, evaluated every 100 "
          "steps.", seed=52, warmup=600, clip=None, eval_every=100),
+    # A third batch (2026-12-04): schedules with warm restarts (SGDR), healthy and not.
+    Plan("charlm_sgdr_a", "Clean run on SGDR: after a 100-step warmup the cosine anneals to 5% of the 3e-3 peak "
+         "and restarts from the peak every 500 steps; evaluated every 100 steps.", seed=61, restart_every=500,
+         eval_every=100),
+    Plan("charlm_sgdr_b", "Clean run on SGDR at twice the peak LR (6e-3), restarting every 300 steps, no gradient "
+         "clipping.", seed=62, peak_lr=6e-3, restart_every=300, clip=None),
+    Plan("charlm_sgdr_bad_batch", "SGDR restarting every 400 steps; corrupted batches at steps 1350-1352, no "
+         "gradient clipping.", seed=63, restart_every=400, clip=None, corrupt=garbage({1350, 1351, 1352})),
+    Plan("charlm_sgdr_lr_jump", "SGDR restarting every 500 steps; from step 1250 the LR is 10x (a schedule edit): "
+         "past its peak, then restarting at 10x.", seed=64, restart_every=500, lr_factor=lambda s: 10.0 if s >= 1250 else 1.0),
 ]
 
 
