@@ -103,10 +103,12 @@ def overfitting_tells(spike: Finding, trends: list[Finding]) -> bool:
 def after_warm_restart(spike: Finding, restarts: list[tuple[int, int | None]], follow_points: int) -> bool:
     """A loss spike that starts within a warm restart of the LR schedule (`restarts`: the
     (start, end) steps of those found on the LR tags by `analyzers.schedule`; end None while
-    the LR still rises) or the first `follow_points` of its logged points
-    after it: the loss rising with its LR, as the trainer's schedule meant (analyzers/schedule.py).
-    Unless the loss did not come back (divergent).  Decided from steps alone, so that a
-    stream cut anywhere decides it alike."""
+    the LR still rises) or the first `follow_points` of its logged points after it: the
+    loss rising with its LR, as the trainer's schedule meant.  Unless the loss did not come
+    back (divergent).  A cycle so long that the loss stays up past the slow horizon is told
+    as divergent until it comes back (then slow, and no longer told), as it was before
+    restarts were known.  Decided from steps alone, so that a stream cut anywhere decides
+    it alike."""
     if spike.kind is not Kind.LOSS_SPIKE or spike.classification is SpikeClass.DIVERGENT:
         return False
     after = follow_points * int(spike.evidence.get("interval", 1))

@@ -85,35 +85,31 @@ class WarmRestartDetector:
             return RestartState(*latest, -1, math.nan, False, math.nan), [], []
         peak = np.maximum.accumulate(np.concatenate([[state.peak], value]))[:-1]  # the highest before each point
         jump = rising & (value > 0) & (value <= peak) & (value >= c.restart_ratio * _lowest_before(before, kept, c.restart_points))
-        closed, s = [], state
+        closed = []
+        rise = (state.start, state.low, state.jumped, state.top)  # the rise going on: start, low, jumped, top
         for a, b in _rises(rising, state.start >= 0):
             carried = a == 0 and state.start >= 0
             jumped = (carried and state.jumped) or bool(jump[a:b].any())
             if not jumped and b < n:
                 continue  # a rise that restarted nothing, over
             top = float(value[a:b].max()) if b > a else -math.inf
-            s = RestartState(
-                state.peak, state.recent, state.last_step, state.start if carried else int(step[a]),
-                state.low if carried else float(prev[a]), jumped, max(state.top, top) if carried else top,
-            )
-            if b < n:
-                closed += self._closed(s, tag, int(step[b - 1]) if b else state.last_step)
+            rise = (state.start, state.low, jumped, max(state.top, top)) if carried else (int(step[a]), float(prev[a]), jumped, top)
+            if b < n:  # over at the point before b (before this feed's first point when b is 0)
+                start, low, _, top = rise
+                closed.append(self._finding(tag, start, low, top, int(step[b - 1]) if b else state.last_step))
         if not rising[-1]:
-            s = RestartState(state.peak, state.recent, state.last_step, -1, math.nan, False, math.nan)
-        s = RestartState(*latest, s.start, s.low, s.jumped, s.top)
+            rise = (-1, math.nan, False, math.nan)
+        s = RestartState(*latest, *rise)
         return s, closed, self._open(s, tag)
 
-    def _closed(self, s: RestartState, tag: str, end: int) -> list[Finding]:
-        return [self._finding(s, tag, end)] if s.jumped else []
-
     def _open(self, s: RestartState, tag: str) -> list[Finding]:
-        return [self._finding(s, tag, None)] if s.start >= 0 and s.jumped else []
+        return [self._finding(tag, s.start, s.low, s.top, None)] if s.start >= 0 and s.jumped else []
 
-    def _finding(self, s: RestartState, tag: str, end: int | None) -> Finding:
+    def _finding(self, tag: str, start: int, low: float, top: float, end: int | None) -> Finding:
         return Finding(
-            kind=Kind.RESTART, tag=tag, severity=Severity.INFO, start_step=s.start, end_step=end, ongoing=end is None,
-            message=f"{tag} restarted its schedule at step {s.start}: {s.low:.3g} -> {s.top:.3g}",
-            remediation="", evidence={"reason": "lr_warm_restart", "from": s.low, "to": s.top},
+            kind=Kind.RESTART, tag=tag, severity=Severity.INFO, start_step=start, end_step=end, ongoing=end is None,
+            message=f"{tag} restarted its schedule at step {start}: {low:.3g} -> {top:.3g}",
+            remediation="", evidence={"reason": "lr_warm_restart", "from": low, "to": top},
         )
 
 
