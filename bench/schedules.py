@@ -13,6 +13,11 @@ anneals.  The series (`tests/curves.py` `restart_curve`, 6,000 logged points, 3 
 * the 1,000-step cycles with the LR multiplied by 10 for 400 steps from 3,500 (a bug, past
   its peak) and the loss 1.5x for the first 100 of them: a spike that is news.
 
+Each run is analysed in one pass over the finished curve, and again fed 10 points at a
+time as a training loop posts them: "ever shown live" counts the warnings (and worse) on
+the healthy runs that any of those feeds returned, open ones included, even if a later
+feed took them back.
+
     .venv/bin/python bench/schedules.py                        # this checkout
     .venv/bin/python bench/schedules.py --code /tmp/lw-main    # old beside new
 
@@ -22,8 +27,13 @@ Markdown on stdout, progress on stderr.
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import pickle
+import subprocess
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -70,6 +80,45 @@ def lr_bug_runs() -> list[Series]:
     return out
 
 
+LIVE = textwrap.dedent("""
+    import json, pickle, sys
+    import numpy as np
+    from analyzers.runstream import feed_run, start_run
+    from analyzers.series import TagWrites
+    out = []
+    for group, name, tags, at in pickle.load(open(sys.argv[1], "rb")):
+        state, seen = start_run(), {}
+        n = max(len(s) for s, _ in tags.values())
+        for a in range(0, n, 10):
+            new = {t: TagWrites(s[a : a + 10], v[a : a + 10], np.zeros(len(s[a : a + 10]), np.int32)) for t, (s, v) in tags.items()}
+            state, closed, still = feed_run(state, new)
+            for f in closed + still:
+                seen[(f.kind.value, f.tag, int(f.start_step))] = max(seen.get((f.kind.value, f.tag, int(f.start_step)), 0), int(f.severity))
+        out.append([[k[0], k[1], k[2], severity] for k, severity in seen.items()])
+    print(json.dumps(out))
+""")
+
+
+def live(code: Path | None, series: list[Series], tmp: Path) -> list[list[list]]:
+    """Each series' alerts ever returned while it is fed 10 points at a time (kind, tag,
+    start step, highest severity), by the code at `code` (None: this checkout)."""
+    code = code or Path(__file__).resolve().parents[1]
+    path = tmp / "live.pickle"
+    path.write_bytes(pickle.dumps(series))
+    out = subprocess.run([sys.executable, "-c", LIVE, str(path)], env={**os.environ, "PYTHONPATH": str(code)}, cwd=code,
+                         capture_output=True, check=True, text=True)
+    return json.loads(out.stdout)
+
+
+def live_warnings(series: list[Series], found: list[list[list]]) -> dict[str, int]:
+    """Per group: warnings or worse ever shown live on the healthy runs."""
+    out: dict[str, int] = {}
+    for (group, _, _, at), alerts in zip(series, found):
+        if at is None:
+            out[group] = out.get(group, 0) + sum(a[3] >= 2 for a in alerts)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--code", type=Path, help="a checkout of the old code (e.g. main), run beside this one")
@@ -80,13 +129,17 @@ def main() -> None:
         for label, code in ([("old", args.code)] if args.code else []) + [("new", None)]:
             print(f"[schedules] {label}: {len(series)} series", file=sys.stderr, flush=True)
             found = analysed(code, series, Path(tmp))
+            print(f"[schedules] {label}: fed 10 points at a time", file=sys.stderr, flush=True)
+            shown = live_warnings(series, live(code, series, Path(tmp)))
             examples[label] = next((f"{s[1]}, {s[0]}: {a[4]}" for s, alerts in zip(series, found) if s[3] is None for a in alerts), None)
             for group, c in tally(series, found).items():
-                rows.append([group, label, c["runs"], c["loud runs"], c["alerts"], c["warnings"], f"{c['found']}/{c['planted']}"])
+                rows.append([group, label, c["runs"], c["loud runs"], c["alerts"], c["warnings"], shown.get(group, "-"),
+                             f"{c['found']}/{c['planted']}"])
     rows.sort(key=lambda r: (r[0], r[1] != "old"))
     print(f"### Healthy runs on warm restarts ({len(series)} series)\n")
-    print("| schedule | code | healthy runs | with an alert | alerts (planted spikes apart) | warnings or worse | planted spikes found |")
-    print("|---|---|---|---|---|---|---|")
+    print("| schedule | code | healthy runs | with an alert | alerts (planted spikes apart) | warnings or worse "
+          "| warnings or worse ever shown live | planted spikes found |")
+    print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(str(c) for c in row) + " |")
     for label, example in examples.items():
