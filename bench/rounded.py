@@ -108,10 +108,16 @@ ANALYSE = textwrap.dedent("""
 def analysed(code: Path | None, series: list[Series], tmp: Path) -> list[list[list]]:
     """Each series' findings (kind, tag, start step, severity, message) by the code at
     `code` (None: this checkout), in a process of its own."""
+    return in_checkout(code, ANALYSE, series, tmp)
+
+
+def in_checkout(code: Path | None, snippet: str, series: list[Series], tmp: Path) -> list:
+    """What `snippet` prints (JSON) given the pickled `series`, run on the code at `code`
+    (None: this checkout) in a process of its own."""
     code = code or Path(__file__).resolve().parents[1]
     path = tmp / "series.pickle"
     path.write_bytes(pickle.dumps(series))
-    out = subprocess.run([sys.executable, "-c", ANALYSE, str(path)], env={**os.environ, "PYTHONPATH": str(code)}, cwd=code,
+    out = subprocess.run([sys.executable, "-c", snippet, str(path)], env={**os.environ, "PYTHONPATH": str(code)}, cwd=code,
                          capture_output=True, check=True, text=True)
     return json.loads(out.stdout)
 

@@ -27,10 +27,6 @@ Markdown on stdout, progress on stderr.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import pickle
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -41,7 +37,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analyzers.findings import SpikeClass  # noqa: E402
-from bench.rounded import Series, analysed, tally  # noqa: E402
+from bench.rounded import Series, analysed, in_checkout, tally  # noqa: E402
 from tests.curves import plant_spike, restart_curve  # noqa: E402
 
 SHAPES = ((300, 1, 0), (1000, 1, 0), (1000, 1, 20), (1000, 1, 50), (10000, 10, 0))  # (period, interval, ramp)
@@ -102,12 +98,7 @@ LIVE = textwrap.dedent("""
 def live(code: Path | None, series: list[Series], tmp: Path) -> list[list[list]]:
     """Each series' alerts ever returned while it is fed 10 points at a time (kind, tag,
     start step, highest severity), by the code at `code` (None: this checkout)."""
-    code = code or Path(__file__).resolve().parents[1]
-    path = tmp / "live.pickle"
-    path.write_bytes(pickle.dumps(series))
-    out = subprocess.run([sys.executable, "-c", LIVE, str(path)], env={**os.environ, "PYTHONPATH": str(code)}, cwd=code,
-                         capture_output=True, check=True, text=True)
-    return json.loads(out.stdout)
+    return in_checkout(code, LIVE, series, tmp)
 
 
 def live_warnings(series: list[Series], found: list[list[list]]) -> dict[str, int]:
