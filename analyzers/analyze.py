@@ -44,9 +44,12 @@ def _analyze(run: RunSeries, config: AnalysisConfig) -> list[Finding]:
     explosions = [f for s in run.with_role(Role.GRAD_NORM) for f in GradNormDetector(config.grad_norm).detect(s)]
     explosions, spikes = join_explosions(explosions, spikes, config.incident_steps)
     trends = _trends(run, config, spikes, explosions)
-    lr_restarts = [(f.start_step, f.end_step) for s in run.with_role(Role.LEARNING_RATE) for f in WarmRestartDetector(config.schedule).detect(s)]
+    lr_restarts = [
+        (f.start_step, f.end_step, f.evidence["cycle"]) for s in run.with_role(Role.LEARNING_RATE) for f in WarmRestartDetector(config.schedule).detect(s)
+    ]
     spikes = [s for s in spikes if not overfitting_tells(s, trends)]
-    reported = [s for s in spikes if not after_warm_restart(s, lr_restarts, config.schedule.follow_points)]
+    now = {s.tag: int(s.step[-1]) for s in losses if len(s.step)}
+    reported = [s for s in spikes if not after_warm_restart(s, lr_restarts, config.schedule.follow_points, now[s.tag])]
     nonfinite = NonFiniteDetector(config.nonfinite).detect(run)
     loss_tags, grad_tags = {s.tag for s in losses}, {s.tag for s in run.with_role(Role.GRAD_NORM)}
     findings = (

@@ -100,22 +100,23 @@ def overfitting_tells(spike: Finding, trends: list[Finding]) -> bool:
     )
 
 
-def after_warm_restart(spike: Finding, restarts: list[tuple[int, int | None]], follow_points: int) -> bool:
+def after_warm_restart(spike: Finding, restarts: list[tuple[int, int | None, int]], follow_points: int, now: int) -> bool:
     """A loss spike that starts within a warm restart of the LR schedule (`restarts`: the
-    (start, end) steps of those found on the LR tags by `analyzers.schedule`; end None while
-    the LR still rises) or the first `follow_points` of its logged points after it: the
-    loss rising with its LR, as the trainer's schedule meant.  Unless the loss did not come
-    back (divergent).  A cycle so long that the loss stays up past the slow horizon is told
-    as divergent until it comes back (then slow, and no longer told), as it was before
-    restarts were known.  Decided from steps alone, so that a stream cut anywhere decides
-    it alike."""
-    if spike.kind is not Kind.LOSS_SPIKE or spike.classification is SpikeClass.DIVERGENT:
+    (start, end, cycle) steps of those found on the LR tags by `analyzers.schedule`; end
+    None while the LR still rises) or the first `follow_points` of its logged points after
+    it: the loss rising with its LR, as the trainer's schedule meant.  Unless the loss did
+    not come back (divergent) one cycle (the schedule's last, from its restart or peak to
+    this restart) after the onset, at the tag's last step `now`: with 10,000-step cycles a
+    loss stays up longer than the slow horizon, and only a loss still up when the schedule
+    has had its cycle to bring it down is news.  Decided from steps alone, so that a stream
+    cut anywhere decides it alike."""
+    if spike.kind is not Kind.LOSS_SPIKE:
         return False
     after = follow_points * int(spike.evidence.get("interval", 1))
-    return any(
-        start <= spike.start_step <= (end if end is not None else spike.start_step) + after
-        for start, end in restarts
-    )
+    caused = [cycle for start, end, cycle in restarts if start <= spike.start_step <= (end if end is not None else spike.start_step) + after]
+    if not caused:
+        return False
+    return spike.classification is not SpikeClass.DIVERGENT or now - spike.start_step < max(caused)
 
 
 def told_by_loss_nan(finding: Finding, nonfinite: list[Finding], losses: set[str], grad_norms: set[str]) -> bool:

@@ -163,7 +163,7 @@ class RunState:
     kept: list[Kept] = field(default_factory=list)
     resumes: list[ResumeRecord] = field(default_factory=list)
     past_spikes: dict[str, list[tuple[int, bool]]] = field(default_factory=dict)  # tag -> (onset, fast) of dropped ones
-    past_restarts: list[tuple[int, int | None]] = field(default_factory=list)  # (start, end) of the LR's dropped warm restarts
+    past_restarts: list[tuple[int, int | None, int]] = field(default_factory=list)  # (start, end, cycle) of dropped warm restarts
     finals: list[tuple[str, str, int]] = field(default_factory=list)  # (tag, kind, start) returned as final
     shown: list[tuple[str, str, int]] = field(default_factory=list)  # (tag, kind, start) of the last open findings
     tally: HealthTally = field(default_factory=HealthTally)
@@ -646,8 +646,8 @@ def _cross(state: RunState, config: AnalysisConfig) -> list[Finding]:
     explosions, spikes = join_explosions(explosions, spikes, config.incident_steps)
     trends = _trends(state, config, series, by_role, spikes, explosions)
     spikes = [s for s in spikes if not overfitting_tells(s, trends)]
-    lr_restarts = state.past_restarts + [(f.start_step, f.end_step) for _, f in _group(state, "warm_restart")]
-    reported = [s for s in spikes if not after_warm_restart(s, lr_restarts, config.schedule.follow_points)]
+    lr_restarts = state.past_restarts + [(f.start_step, f.end_step, f.evidence["cycle"]) for _, f in _group(state, "warm_restart")]
+    reported = [s for s in spikes if not after_warm_restart(s, lr_restarts, config.schedule.follow_points, tags[s.tag].last_step)]
     fp16 = bool(by_role[Role.LOSS_SCALE])
     nonfinite = []
     for tag, f in _group(state, "nonfinite"):
@@ -782,7 +782,7 @@ def _remember(state: RunState, k: Kept) -> None:
     spike's onset and outcome (a divergence may be explained by it), a warm restart's steps
     (a spike still kept may have followed it)."""
     if k.group == "warm_restart":
-        state.past_restarts.append((k.finding.start_step, k.finding.end_step))
+        state.past_restarts.append((k.finding.start_step, k.finding.end_step, k.finding.evidence["cycle"]))
         del state.past_restarts[:-MAX_PAST_RESTARTS]
     if k.group == "spike":
         past = state.past_spikes.setdefault(k.tag, [])

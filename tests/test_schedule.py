@@ -9,10 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analyzers.findings import Kind, SpikeClass
+from analyzers.findings import Kind, Severity, SpikeClass
 from analyzers.roles import Role
+from analyzers.runstream import feed_run, start_run
 from analyzers.schedule import WarmRestartDetector
-from analyzers.series import Series, logging_interval
+from analyzers.series import Series, TagWrites, logging_interval
 from analyzers.stream import feed_in_pieces
 from tests.curves import clean_curve, plant_spike, restart_curve
 from tests.test_run_stream import _batch, _norm, stream
@@ -32,8 +33,9 @@ def test_each_jump_of_an_sgdr_schedule_back_to_its_peak_is_a_restart():
     curve = restart_curve(0, period=1000)
     assert _restarts(curve) == [(s, s) for s in range(1000, 6000, 1000)]
     found = WarmRestartDetector().detect(_lr(curve))
+    assert [f.evidence["cycle"] for f in found] == [1000] * 5  # from the first new high (step 0), then restart to restart
     assert found[0].message == "train/lr restarted its schedule at step 1000: 1.5e-05 -> 0.0003"
-    assert found[0].evidence == {"reason": "lr_warm_restart", "from": pytest.approx(1.5e-05, rel=1e-3), "to": 3e-4}
+    assert found[0].evidence == {"reason": "lr_warm_restart", "from": pytest.approx(1.5e-05, rel=1e-3), "to": 3e-4, "cycle": 1000}
 
 
 def test_a_warm_up_back_to_the_peak_is_one_restart_over_its_ramp():
@@ -89,6 +91,35 @@ def test_a_loss_that_does_not_come_back_from_a_restart_is_still_told():
     curve.tags["train/loss"][3000:] *= 1.5
     found = [f for f in curve.findings() if f.kind is Kind.LOSS_SPIKE]
     assert [(f.start_step, f.classification) for f in found] == [(3000, SpikeClass.DIVERGENT)]
+
+
+def _live(curve, upto: int, every: int = 10) -> set[tuple]:
+    """Every alert any feed returned while the run was posted `every` points at a time, up
+    to point `upto`: (kind, start step, class, severity)."""
+    state, seen = start_run(), set()
+    for a in range(0, upto, every):
+        new = {t: TagWrites(w.step[a : min(a + every, upto)], w.value[a : min(a + every, upto)], w.segment[a : min(a + every, upto)])
+               for t, w in curve.writes().items()}
+        state, closed, still = feed_run(state, new)
+        seen |= {(f.kind, f.start_step, f.classification, f.severity) for f in closed + still}
+    return seen
+
+
+def test_cycles_longer_than_the_slow_horizon_never_show_a_divergent_spike_live():
+    """10,000-step cycles logged every 10: the loss stays up past the 1,000-step slow
+    horizon after each restart.  Live, each restart showed a critical divergent spike until
+    the loss came down; now the divergent call waits a cycle."""
+    curve = restart_curve(3, period=10000, interval=10)
+    assert _live(curve, len(curve.steps), every=50) == set()
+
+
+def test_a_loss_left_up_by_a_restart_is_told_once_the_schedule_had_its_cycle():
+    curve = restart_curve(0, period=1000)
+    curve.tags["train/loss"][3000:] *= 1.5
+    before = _live(curve, 3990)  # within a cycle of the restart: the schedule may still bring it down
+    assert not any(kind is Kind.LOSS_SPIKE for kind, *_ in before)
+    after = _live(curve, 4100)
+    assert (Kind.LOSS_SPIKE, 3000, SpikeClass.DIVERGENT, Severity.CRITICAL) in after
 
 
 def test_a_spike_on_an_lr_jump_past_its_peak_is_still_found():
