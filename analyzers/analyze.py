@@ -15,6 +15,7 @@ from analyzers.incidents import (
     inside_explosion,
     join_explosions,
     overfitting_tells,
+    rise_after_warm_restart,
     told_by_loss_nan,
 )
 from analyzers.lossscale import LossScaleDetector
@@ -43,10 +44,10 @@ def _analyze(run: RunSeries, config: AnalysisConfig) -> list[Finding]:
     spikes = [f for s in losses for f in spike_detector.detect(s)]
     explosions = [f for s in run.with_role(Role.GRAD_NORM) for f in GradNormDetector(config.grad_norm).detect(s)]
     explosions, spikes = join_explosions(explosions, spikes, config.incident_steps)
-    trends = _trends(run, config, spikes, explosions)
     lr_restarts = [
         (f.start_step, f.end_step, f.evidence["cycle"]) for s in run.with_role(Role.LEARNING_RATE) for f in WarmRestartDetector(config.schedule).detect(s)
     ]
+    trends = _trends(run, config, spikes, explosions, lr_restarts)
     spikes = [s for s in spikes if not overfitting_tells(s, trends)]
     now = {s.tag: int(s.step[-1]) for s in losses if len(s.step)}
     reported = [s for s in spikes if not after_warm_restart(s, lr_restarts, config.schedule.follow_points, now[s.tag])]
@@ -63,9 +64,12 @@ def _analyze(run: RunSeries, config: AnalysisConfig) -> list[Finding]:
     return sorted(findings, key=lambda f: (f.start_step, f.kind.value, f.tag))
 
 
-def _trends(run: RunSeries, config: AnalysisConfig, spikes: list[Finding], grad: list[Finding]) -> list[Finding]:
+def _trends(
+    run: RunSeries, config: AnalysisConfig, spikes: list[Finding], grad: list[Finding], lr_restarts: list[tuple[int, int | None, int]],
+) -> list[Finding]:
     """Divergence and plateaus on each train loss; overfitting (or divergence) and plateaus
-    on each eval loss, judged against the train loss of the same run."""
+    on each eval loss, judged against the train loss of the same run, but for the rises
+    warm restarts of the LR caused."""
     p = config.plateau
     train = run.with_role(Role.LOSS)
     # what stops a loss from learning, found on the LR and grad-norm tags
@@ -79,6 +83,7 @@ def _trends(run: RunSeries, config: AnalysisConfig, spikes: list[Finding], grad:
         found += merge_plateaus(unmoved + stalled_plateaus(series, causes, p))
     for series in run.with_role(Role.EVAL_LOSS):
         counterpart = train_counterpart(series.tag, train)
-        found += [judge(r, series, counterpart, config.overfitting) for r in EvalRiseDetector(config.overfitting).detect(series)]
+        judged = [judge(r, series, counterpart, config.overfitting) for r in EvalRiseDetector(config.overfitting).detect(series)]
+        found += [f for f in judged if not rise_after_warm_restart(f, lr_restarts, int(series.step[-1]))]
         found += [f for f in InitialLevelDetector(p, evaluations=True).detect(series) if not warming_up(lr, f)]
     return found

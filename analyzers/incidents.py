@@ -1,8 +1,8 @@
 """Findings of different detectors that are one incident, shared by the one-shot analysis
 (`analyzers.analyze`) and the streaming one (`analyzers.runstream`): a grad-norm explosion
 and the loss spike it leads, a divergence a spike already accounts for, an evaluation
-loss's spike an overfitting finding already tells, a loss spike a warm restart of the LR
-schedule caused, a grad norm's NaN a loss's NaN already told, and a grad norm's overflow
+loss's spike an overfitting finding already tells, a loss spike or an eval loss's rise a
+warm restart of the LR schedule caused, a grad norm's NaN a loss's NaN already told, and a grad norm's overflow
 skip inside its explosion."""
 
 from __future__ import annotations
@@ -117,6 +117,21 @@ def after_warm_restart(spike: Finding, restarts: list[tuple[int, int | None, int
     if not caused:
         return False
     return spike.classification is not SpikeClass.DIVERGENT or now - spike.start_step < max(caused)
+
+
+def rise_after_warm_restart(rise: Finding, restarts: list[tuple[int, int | None, int]], now: int) -> bool:
+    """An eval loss's rise (overfitting or divergence) over a warm restart of the LR
+    schedule: its best in the cycle the restart ended, its highest after the restart, and
+    back within a cycle of the restart (or, still up, not yet a cycle past it at `now`, the
+    tag's last step).  The eval loss rises with the train loss after each restart and comes
+    down as the LR anneals: evaluated every 20 steps over 1,000-step cycles, each restart
+    was a divergence warning ("rose ... and train/loss rose with it")."""
+    peak = rise.peak_step if rise.peak_step is not None else rise.start_step
+    last = rise.end_step if rise.end_step is not None else now
+    return any(
+        start - cycle <= rise.start_step < start <= peak and last - start < cycle
+        for start, _, cycle in restarts
+    )
 
 
 def told_by_loss_nan(finding: Finding, nonfinite: list[Finding], losses: set[str], grad_norms: set[str]) -> bool:

@@ -52,6 +52,7 @@ from analyzers.incidents import (
     inside_explosion,
     join_explosions,
     overfitting_tells,
+    rise_after_warm_restart,
     still_up,
     told_by_loss_nan,
 )
@@ -506,7 +507,9 @@ def _joined(pieces: list[Piece | None], span: list[int]) -> Piece:
 def _anchor(state: RunState, config: AnalysisConfig, complete: dict[str, set[str]]) -> None:
     """Keep, on the loss tags, the points at the onset of each cause (LR or grad norm at
     zero: the loss level then) and of each eval rise (the train and eval losses at the best
-    evaluation), while the tails still hold them; drop those no incident needs.
+    evaluation, and at the highest so far of the rise: once it is over, `judge` reads the
+    train loss at both, and its noise over the 4 x `train_points` before the highest, every
+    time it is judged again), while the tails still hold them; drop those no incident needs.
     `complete`: per tag, the anchors seen complete during this feed (never taken again)."""
     size = config.plateau.level_points
     want: dict[str, dict[str, tuple[int, int, int]]] = {}  # tag -> name -> (step, back, fwd)
@@ -519,6 +522,11 @@ def _anchor(state: RunState, config: AnalysisConfig, complete: dict[str, set[str
         want.setdefault(tag, {})[f"at:{best}"] = (best, 2, 1)
         if counterpart is not None:
             want.setdefault(counterpart.tag, {})[f"at:{best}"] = (best, config.overfitting.train_points, 1)
+    for tag, peak in _peaks(state):
+        counterpart = train_counterpart(tag, [_Named(t) for t in train])
+        want.setdefault(tag, {})[f"at:{peak}"] = (peak, 2, 1)
+        if counterpart is not None:
+            want.setdefault(counterpart.tag, {})[f"peak:{peak}"] = (peak, 4 * config.overfitting.train_points, 1)
     for tag, t in state.tags.items():
         wanted = want.get(tag, {})
         t.anchors = {k: v for k, v in t.anchors.items() if k in wanted}
@@ -570,6 +578,13 @@ def _cause_starts(state: RunState) -> set[int]:
         if isinstance(grad, GradNormState) and grad.stuck.value == 0 and grad.stuck.points:
             starts.add(grad.stuck.start_step)
     return starts
+
+
+def _peaks(state: RunState) -> set[tuple[str, int]]:
+    """The highest evaluation so far of each eval rise kept (where `judge` takes the train
+    loss's level once the rise is over; taken while it goes on, as a rise can outlast the
+    tails)."""
+    return {(tag, f.peak_step) for tag, f in _group(state, "eval_rise") if f.peak_step is not None}
 
 
 def _best_steps(state: RunState) -> set[tuple[str, int]]:
@@ -644,9 +659,9 @@ def _cross(state: RunState, config: AnalysisConfig) -> list[Finding]:
     spikes.sort(key=lambda f: losses.index(f.tag))  # train losses first, as the batch path
     explosions = [f for _, f in _group(state, "grad")]
     explosions, spikes = join_explosions(explosions, spikes, config.incident_steps)
-    trends = _trends(state, config, series, by_role, spikes, explosions)
-    spikes = [s for s in spikes if not overfitting_tells(s, trends)]
     lr_restarts = state.past_restarts + [(f.start_step, f.end_step, f.evidence["cycle"]) for _, f in _group(state, "warm_restart")]
+    trends = _trends(state, config, series, by_role, spikes, explosions, lr_restarts)
+    spikes = [s for s in spikes if not overfitting_tells(s, trends)]
     reported = [s for s in spikes if not after_warm_restart(s, lr_restarts, config.schedule.follow_points, tags[s.tag].last_step)]
     fp16 = bool(by_role[Role.LOSS_SCALE])
     nonfinite = []
@@ -672,7 +687,7 @@ def _cross(state: RunState, config: AnalysisConfig) -> list[Finding]:
 
 def _trends(
     state: RunState, config: AnalysisConfig, series: _Tails, by_role: dict[Role, list[str]],
-    spikes: list[Finding], grad: list[Finding],
+    spikes: list[Finding], grad: list[Finding], lr_restarts: list[tuple[int, int | None, int]],
 ) -> list[Finding]:
     p = config.plateau
     causes = [f for _, f in _group(state, "zero_lr")]
@@ -690,7 +705,8 @@ def _trends(
         rises = [r for t, r in _group(state, "eval_rise") if t == tag]
         if rises:
             counterpart = train_counterpart(tag, [series[t] for t in by_role[Role.LOSS]])
-            found += [judge(r, series[tag], counterpart, config.overfitting) for r in rises]
+            judged = [judge(r, series[tag], counterpart, config.overfitting) for r in rises]
+            found += [f for f in judged if not rise_after_warm_restart(f, lr_restarts, state.tags[tag].last_step)]
         found += [f for t, f in _group(state, "initial") if t == tag and not _warming_up(series, lr_tags, f)]
     return found
 

@@ -27,6 +27,13 @@ critical divergent spike until the loss came down.  Over 150 such runs (30 seeds
 shapes) the loss's onsets fell 0-5 points after the LR's jump, as a spike's rise takes up
 to `rise_points` (5).
 
+An eval loss rises with the train loss after each restart and comes down as the LR
+anneals: evaluated every 20 steps over 1,000-step cycles, each restart was a divergence
+warning ("eval/loss rose after its best ..., and train/loss rose with it").  A rise whose
+best lies in the cycle a restart ended, whose highest comes after the restart, and which is
+back within a cycle of it is not reported (`incidents.rise_after_warm_restart`); overfitting
+that goes on past a cycle still is.
+
 The detector streams like the others: its findings (one per restart, on the LR tag) are
 intermediate, read by that join and never alerted themselves."""
 

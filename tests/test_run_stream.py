@@ -176,3 +176,29 @@ def test_state_stays_bounded_as_the_run_grows():
         state, _, _ = feed_run(state, {t: _part(w, a, a + 10000) for t, w in writes.items()})
         sizes.append(len(dumps(state)))
     assert max(sizes[1:]) < 1.2 * min(sizes[1:]), sizes
+
+
+def _bumped_with_evals(seed: int):
+    """A healthy run whose train loss is bumped 8% three times (decaying over 200 steps),
+    with an eval loss every 20 steps that follows it: each bump is an eval rise whose
+    train loss rose with it (a divergence, over)."""
+    curve = clean_curve(seed, points=6000, noise=0.01)
+    steps, loss = curve.steps, curve.tags["train/loss"]
+    for at in (1500, 3000, 4500):
+        bump = (steps >= at) & (steps < at + 600)
+        loss[bump] *= 1 + 0.08 * np.exp(-(steps[bump] - at) / 200)
+    at = np.arange(19, 6000, 20)
+    recent = np.array([loss[max(0, k - 24) : k + 1].mean() for k in at])
+    curve.evals["eval/loss"] = (steps[at], 1.05 * recent * (1 + 0.003 * np.random.default_rng(seed).standard_normal(len(at))))
+    return curve
+
+
+@pytest.mark.parametrize("seed", [2, 8])
+def test_an_eval_rise_judged_again_after_the_tail_left_its_highest_point_keeps_its_verdict(seed):
+    """`judge` reads the train loss at a rise's highest evaluation each time it is judged
+    again; once the 4,096-point tail had moved past that point it read the level at the
+    best instead, and the same rise came out a second time, as overfitting ("train/loss
+    stayed flat"), beside its divergence."""
+    writes = _bumped_with_evals(seed).writes()
+    state, found, open_ = stream(writes, (), [0.5])
+    assert (_norm(found), run_health(state, open_).to_dict()) == _batch(writes, ())

@@ -66,14 +66,18 @@ def test_any_split_of_the_lr_finds_the_same_restarts(cuts, ramp):
 
 
 RESTARTING = [
-    restart_curve(seed, period=period, interval=interval, ramp=ramp)
-    for seed, period, interval, ramp in [(0, 1000, 1, 0), (1, 300, 1, 0), (2, 1000, 1, 20), (3, 10000, 10, 0), (4, 500, 1, 50)]
+    restart_curve(seed, period=period, interval=interval, ramp=ramp, eval_every=every)
+    for seed, period, interval, ramp, every in [
+        (0, 1000, 1, 0, None), (1, 300, 1, 0, None), (2, 1000, 1, 20, None), (3, 10000, 10, 0, None), (4, 500, 1, 50, None),
+        (5, 1000, 1, 0, 20), (6, 10000, 10, 0, 50), (7, 300, 1, 0, 50),
+    ]
 ]
 
 
 @pytest.mark.parametrize("curve", RESTARTING, ids=lambda c: c.name)
 def test_a_healthy_run_on_warm_restarts_raises_nothing(curve):
-    """Before the join, every restart read as a spike: 5 to 19 a run, most warnings."""
+    """Before the join, every restart read as a spike: 5 to 19 a run, a third of them
+    warnings; and an eval loss evaluated every 20 steps as a divergence at each restart."""
     assert curve.findings() == []
 
 
@@ -122,6 +126,19 @@ def test_a_loss_left_up_by_a_restart_is_told_once_the_schedule_had_its_cycle():
     assert (Kind.LOSS_SPIKE, 3000, SpikeClass.DIVERGENT, Severity.CRITICAL) in after
 
 
+@pytest.mark.parametrize("every", [20, 100])
+def test_overfitting_across_warm_restarts_is_still_told(every):
+    """The eval loss creeps up 15% over 2,000 steps from step 3,000 while the train loss
+    goes on falling: past a cycle, it is no restart's doing."""
+    curve = restart_curve(0, period=1000, eval_every=every)
+    steps, values = curve.evals["eval/loss"]
+    later = steps >= 3000
+    values[later] *= 1 + 0.15 * (steps[later] - 3000) / 2000
+    found = [f for f in curve.findings() if f.tag == "eval/loss"]
+    assert [(f.kind, f.severity) for f in found] == [(Kind.OVERFITTING, Severity.WARNING)]
+    assert 2900 <= found[0].start_step < 3000  # the best: the last evaluations before the restart at 3,000
+
+
 def test_a_spike_on_an_lr_jump_past_its_peak_is_still_found():
     curve = restart_curve(0, period=1000)
     curve.tags["train/lr"][3500:3900] *= 10  # past the peak: a bug, not the schedule
@@ -139,7 +156,7 @@ def test_any_split_of_a_run_on_warm_restarts_finds_what_one_shot_finds(i, shares
     """Streamed with the full tail, or a short one that settles and forgets the restarts
     many times over: the same (no) findings as one pass, a spike planted between restarts
     and a divergence from one included."""
-    curve = restart_curve(i, period=1000)
+    curve = restart_curve(i, period=1000, eval_every=20 if i % 2 else None)
     plant_spike(curve, 2500, SpikeClass.SLOW_RECOVERING, np.random.default_rng(i))
     curve.tags["train/loss"][5000:] *= 1.5
     writes = curve.writes()
