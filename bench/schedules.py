@@ -7,14 +7,15 @@ sends the LR back to its peak every cycle, and the loss rises with it, then fall
 anneals.  The series (`tests/curves.py` `restart_curve`, 6,000 logged points, 3 seeds):
 
 * cycles of 300 and 1,000 steps logged every step, and of 10,000 steps logged every 10;
-  the LR jumping back at once, or warming up again over 20 or 50 steps (timm's cycles);
+  the LR jumping back at once, or warming up again over 20 or 50 steps (timm's cycles); and
+  two with an eval loss (1.05x the mean of the last 25 train losses) every 20 or 500 steps;
 * each run clean, and again with one fast-recovering spike planted between two restarts
   (at 58% of the run, away from any restart);
 * the 1,000-step cycles with the LR multiplied by 10 for 400 steps from 3,500 (a bug, past
   its peak) and the loss 1.5x for the first 100 of them: a spike that is news.
 
-Each run is analysed in one pass over the finished curve, and again fed 10 points at a
-time as a training loop posts them: "ever shown live" counts the warnings (and worse) on
+Each run is analysed in one pass over the finished curve, and again fed 10 steps at a
+time (every tag's points in them) as a training loop posts them: "ever shown live" counts the warnings (and worse) on
 the healthy runs that any of those feeds returned, open ones included, even if a later
 feed took them back.
 
@@ -40,23 +41,28 @@ from analyzers.findings import SpikeClass  # noqa: E402
 from bench.rounded import Series, analysed, in_checkout, tally  # noqa: E402
 from tests.curves import plant_spike, restart_curve  # noqa: E402
 
-SHAPES = ((300, 1, 0), (1000, 1, 0), (1000, 1, 20), (1000, 1, 50), (10000, 10, 0))  # (period, interval, ramp)
+SHAPES = (  # (period, interval, ramp, eval_every)
+    (300, 1, 0, None), (1000, 1, 0, None), (1000, 1, 20, None), (1000, 1, 50, None), (10000, 10, 0, None),
+    (1000, 1, 0, 20), (10000, 10, 0, 50),
+)
 SEEDS = 3
 POINTS = 6000
 
 
 def _tags(curve) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    return {tag: (curve.steps, v) for tag, v in curve.tags.items()}
+    """Every tag of a curve, its evaluations included, as (steps, values)."""
+    return {**{tag: (curve.steps, v) for tag, v in curve.tags.items()}, **curve.evals}
 
 
 def restart_runs() -> list[Series]:
     """Every run on warm restarts, clean and with a planted spike between restarts."""
     out: list[Series] = []
-    for period, interval, ramp in SHAPES:
+    for period, interval, ramp, every in SHAPES:
         group = f"cycles of {period} steps, every {interval}" + (f", {ramp}-step warm-up" if ramp else "")
+        group += f", eval every {every * interval} steps" if every else ""
         for seed in range(SEEDS):
             for planted in (False, True):
-                curve = restart_curve(seed, period=period, points=POINTS, interval=interval, ramp=ramp)
+                curve = restart_curve(seed, period=period, points=POINTS, interval=interval, ramp=ramp, eval_every=every)
                 at = None
                 if planted:
                     plant_spike(curve, int(0.58 * POINTS), SpikeClass.FAST_RECOVERING, np.random.default_rng(seed))
@@ -84,9 +90,10 @@ LIVE = textwrap.dedent("""
     out = []
     for group, name, tags, at in pickle.load(open(sys.argv[1], "rb")):
         state, seen = start_run(), {}
-        n = max(len(s) for s, _ in tags.values())
-        for a in range(0, n, 10):
-            new = {t: TagWrites(s[a : a + 10], v[a : a + 10], np.zeros(len(s[a : a + 10]), np.int32)) for t, (s, v) in tags.items()}
+        steps = np.unique(np.concatenate([s for s, _ in tags.values()]))
+        for lo, hi in zip(steps[::10], np.append(steps[10::10], steps[-1] + 1)):  # 10 steps' points of every tag
+            cut = {t: (s >= lo) & (s < hi) for t, (s, _) in tags.items()}
+            new = {t: TagWrites(s[cut[t]], v[cut[t]], np.zeros(int(cut[t].sum()), np.int32)) for t, (s, v) in tags.items() if cut[t].any()}
             state, closed, still = feed_run(state, new)
             for f in closed + still:
                 seen[(f.kind.value, f.tag, int(f.start_step))] = max(seen.get((f.kind.value, f.tag, int(f.start_step)), 0), int(f.severity))
@@ -96,7 +103,7 @@ LIVE = textwrap.dedent("""
 
 
 def live(code: Path | None, series: list[Series], tmp: Path) -> list[list[list]]:
-    """Each series' alerts ever returned while it is fed 10 points at a time (kind, tag,
+    """Each series' alerts ever returned while it is fed 10 steps at a time (kind, tag,
     start step, highest severity), by the code at `code` (None: this checkout)."""
     return in_checkout(code, LIVE, series, tmp)
 
@@ -120,7 +127,7 @@ def main() -> None:
         for label, code in ([("old", args.code)] if args.code else []) + [("new", None)]:
             print(f"[schedules] {label}: {len(series)} series", file=sys.stderr, flush=True)
             found = analysed(code, series, Path(tmp))
-            print(f"[schedules] {label}: fed 10 points at a time", file=sys.stderr, flush=True)
+            print(f"[schedules] {label}: fed 10 steps at a time", file=sys.stderr, flush=True)
             shown = live_warnings(series, live(code, series, Path(tmp)))
             examples[label] = next((f"{s[1]}, {s[0]}: {a[4]}" for s, alerts in zip(series, found) if s[3] is None for a in alerts), None)
             for group, c in tally(series, found).items():
