@@ -2,8 +2,8 @@
 (`analyzers.analyze`) and the streaming one (`analyzers.runstream`): a grad-norm explosion
 and the loss spike it leads, a divergence a spike already accounts for, an evaluation
 loss's spike an overfitting finding already tells, a loss spike or an eval loss's rise a
-warm restart of the LR schedule caused, a grad norm's NaN a loss's NaN already told, and a grad norm's overflow
-skip inside its explosion."""
+warm restart of the LR schedule caused, a grad norm's NaN a loss's NaN already told, and a
+grad norm's overflow skip inside its explosion."""
 
 from __future__ import annotations
 
