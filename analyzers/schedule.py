@@ -99,7 +99,9 @@ class WarmRestartDetector:
         latest = (float(max(state.peak, value.max())), before[-c.restart_points :].copy(), int(step[-1]))
         if state.start < 0 and not rising.any():  # the usual case: an LR that holds or decays
             return RestartState(*latest, _cycle_start(state.cycle_start, highs, len(highs)), -1, math.nan, False, math.nan, -1), [], []
-        jump = rising & (value > 0) & (value <= peak) & (value >= c.restart_ratio * _lowest_before(before, kept, c.restart_points))
+        with np.errstate(over="ignore"):  # `restart_ratio` x a value near float64's limit is inf, which compares as it should
+            needed = c.restart_ratio * _lowest_before(before, kept, c.restart_points)
+        jump = rising & (value > 0) & (value <= peak) & (value >= needed)
         closed = []
         cycle_start = state.cycle_start
         rise = (state.start, state.low, state.jumped, state.top, state.cycle)  # the rise going on

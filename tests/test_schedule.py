@@ -65,6 +65,20 @@ def test_any_split_of_the_lr_finds_the_same_restarts(cuts, ramp):
     assert feed_in_pieces(WarmRestartDetector(), lr.step, lr.value, sorted(set(cuts)), lr.tag, checks=3) == whole
 
 
+odd_values = st.lists(st.one_of(st.floats(width=64), st.sampled_from([0.0, -1.0, 1.5e-5, 3e-4])), max_size=60)
+
+
+@settings(max_examples=200, deadline=None)
+@given(odd_values, st.lists(st.integers(1, 59), max_size=6))
+def test_any_lr_whatever_its_values_finds_the_same_restarts_in_any_split(values, cuts):
+    """NaN, Inf, 0, negatives, values near float64's limit: never an error, and the same
+    restarts however the series is cut."""
+    value = np.array(values, dtype=np.float64)
+    step = np.arange(len(value), dtype=np.int64) * 3
+    _, closed, still = WarmRestartDetector().feed(WarmRestartDetector().start(), step, value, "lr")
+    assert feed_in_pieces(WarmRestartDetector(), step, value, cuts, "lr") == closed + still
+
+
 RESTARTING = [
     restart_curve(seed, period=period, interval=interval, ramp=ramp, eval_every=every)
     for seed, period, interval, ramp, every in [
