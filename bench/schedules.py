@@ -7,17 +7,18 @@ sends the LR back to its peak every cycle, and the loss rises with it, then fall
 anneals.  The series (`tests/curves.py` `restart_curve`, 6,000 logged points, 3 seeds):
 
 * cycles of 300 and 1,000 steps logged every step, and of 10,000 steps logged every 10;
-  the LR jumping back at once, or warming up again over 20 or 50 steps (timm's cycles); and
-  two with an eval loss (1.05x the mean of the last 25 train losses) every 20 or 500 steps;
+  the LR jumping back at once, or warming up again over 20 or 50 steps (timm's cycles); two
+  of them with an eval loss (1.05x the mean of the last 25 train losses) every 20 or 500
+  steps;
 * each run clean, and again with one fast-recovering spike planted between two restarts
   (at 58% of the run, away from any restart);
 * the 1,000-step cycles with the LR multiplied by 10 for 400 steps from 3,500 (a bug, past
   its peak) and the loss 1.5x for the first 100 of them: a spike that is news.
 
 Each run is analysed in one pass over the finished curve, and again fed 10 steps at a
-time (every tag's points in them) as a training loop posts them: "ever shown live" counts the warnings (and worse) on
-the healthy runs that any of those feeds returned, open ones included, even if a later
-feed took them back.
+time (every tag's points in them) as a training loop posts them: "ever shown live" counts
+the warnings (and worse) on the healthy runs that any of those feeds returned, open ones
+included, even if a later feed took them back.
 
     .venv/bin/python bench/schedules.py                        # this checkout
     .venv/bin/python bench/schedules.py --code /tmp/lw-main    # old beside new
