@@ -517,12 +517,13 @@ def _anchor(state: RunState, config: AnalysisConfig, complete: dict[str, set[str
     for start in _cause_starts(state):
         for tag in train:
             want.setdefault(tag, {})[f"from:{start}"] = (start, 0, size)
-    for tag, best in _best_steps(state):
+    rises = _group(state, "eval_rise")
+    for tag, best in _best_steps(state, rises):
         counterpart = train_counterpart(tag, [_Named(t) for t in train])
         want.setdefault(tag, {})[f"at:{best}"] = (best, 2, 1)
         if counterpart is not None:
             want.setdefault(counterpart.tag, {})[f"at:{best}"] = (best, config.overfitting.train_points, 1)
-    for tag, peak in _peaks(state):
+    for tag, peak in {(tag, f.peak_step) for tag, f in rises if f.peak_step is not None}:
         counterpart = train_counterpart(tag, [_Named(t) for t in train])
         want.setdefault(tag, {})[f"at:{peak}"] = (peak, 2, 1)
         if counterpart is not None:
@@ -580,17 +581,10 @@ def _cause_starts(state: RunState) -> set[int]:
     return starts
 
 
-def _peaks(state: RunState) -> set[tuple[str, int]]:
-    """The highest evaluation so far of each eval rise kept (where `judge` takes the train
-    loss's level once the rise is over; taken while it goes on, as a rise can outlast the
-    tails)."""
-    return {(tag, f.peak_step) for tag, f in _group(state, "eval_rise") if f.peak_step is not None}
-
-
-def _best_steps(state: RunState) -> set[tuple[str, int]]:
-    """The best evaluation of each eval rise kept, and the current best of each eval loss
-    (where the next rise would be judged from)."""
-    out = {(tag, f.start_step) for tag, f in _group(state, "eval_rise")}
+def _best_steps(state: RunState, rises: list[tuple[str, Finding]]) -> set[tuple[str, int]]:
+    """The best evaluation of each eval rise kept (`rises`), and the current best of each
+    eval loss (where the next rise would be judged from)."""
+    out = {(tag, f.start_step) for tag, f in rises}
     for tag, t in state.tags.items():
         rise = t.detectors.get("eval_rise")
         if isinstance(rise, EvalRiseState) and rise.best_step >= 0:
