@@ -117,10 +117,11 @@ def test_a_grown_summary_is_the_summary_of_the_writes_whole(values, cuts, block,
     assert grown_blocks.tobytes() == whole_blocks.tobytes()
 
 
+@pytest.mark.parametrize("sizes", [(1, 8), (33, 120)], ids=["folded one by one", "summarised with numpy"])
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_small_appends_fold_into_the_last_block_and_compress_only_when_one_fills(seed, monkeypatch):
+def test_small_appends_fold_into_the_last_block_and_compress_only_when_one_fills(seed, sizes, monkeypatch):
     step, segment, wall, value = columns_of(2000, seed)
-    sizes = np.random.default_rng(seed).integers(1, 8, 600)
+    sizes = np.random.default_rng(seed).integers(*sizes, 600)
     bounds = [0, *np.cumsum(sizes)[np.cumsum(sizes) < len(step)].tolist(), len(step)]
     first = bounds[1]
     summary = summaries.summary_columns(step[:first], segment[:first], wall[:first], value[:first])
