@@ -98,6 +98,7 @@ followed (at most `MAX_FOLLOWED`), whatever the run's length.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -110,6 +111,7 @@ from analyzers.series import Series
 from analyzers.stream import StreamState
 
 MAX_FOLLOWED = 16  # spikes followed at once; past that the oldest is final as divergent
+FEW_ROWS = 8  # blocks judged in one feed up to which their thresholds are worked out in Python
 _NEVER = 2**62  # an index no run reaches
 
 
@@ -366,14 +368,38 @@ class LossSpikeDetector:
         judged = peaks > floor
         judged[(count + max(len(z) - c.confirm_points + 1, 0)) // size - first :] = True
         rows = np.flatnonzero(judged)
-        windows = padded[(len(tail) + rows)[:, None] + np.arange(kept)]
-        known = np.sum(~np.isnan(windows), axis=1)
-        floor_now = np.where(known >= c.held_after_blocks, floor, max(floor, c.z))
-        bar = np.full(blocks, np.inf)
-        bar[rows] = np.maximum(floor_now, c.tail_margin * _percentile(windows, c.tail_quantile))
+        if len(rows) <= FEW_ROWS:
+            bar = np.array(self._few_bars(history.tolist(), len(tail), rows.tolist(), blocks, floor))
+        else:
+            windows = padded[(len(tail) + rows)[:, None] + np.arange(kept)]
+            known = np.sum(~np.isnan(windows), axis=1)
+            floor_now = np.where(known >= c.held_after_blocks, floor, max(floor, c.z))
+            bar = np.full(blocks, np.inf)
+            bar[rows] = np.maximum(floor_now, c.tail_margin * _percentile(windows, c.tail_quantile))
         block_max = float(peaks[-1]) if done < blocks else -np.inf
         offset = count - first * size  # of the first new point in its block
         return np.repeat(bar, size)[offset : offset + len(z)], history[-kept:].copy(), block_max
+
+    def _few_bars(self, history: list[float], before: int, rows: list[int], blocks: int, floor: float) -> list[float]:
+        """`_thresholds`' bars when only a few blocks are judged (a live feed's one to three),
+        in Python's arithmetic: the same numbers as numpy's (`_percentile`'s interpolation,
+        in the same order), without the two dozen numpy calls that cost more than the
+        numbers on a few rows of 32.  `history`: the tail's block maxima (`before` of them)
+        then this feed's complete blocks', all finite."""
+        c = self.config
+        bar = [math.inf] * blocks
+        for k in rows:
+            window = sorted(history[max(before + k - c.tail_blocks, 0) : before + k])
+            n = len(window)
+            floor_now = floor if n >= c.held_after_blocks else max(floor, c.z)
+            if not n:  # no tail yet: the floor alone
+                bar[k] = floor_now
+                continue
+            at = c.tail_quantile * (n - 1)
+            lo = math.floor(at)
+            below, above = window[lo], window[min(lo + 1, n - 1)]
+            bar[k] = max(floor_now, c.tail_margin * (below + (above - below) * (at - lo)))
+        return bar
 
     def _onsets(self, w: _Window, base: Baseline, z: np.ndarray, bars: np.ndarray, held: _Held) -> _Onsets:
         """The points that could start a spike, with their z and threshold: far enough above

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analyzers.findings import Kind
 from analyzers.roles import Role
 from analyzers.series import TagWrites, prepare_series
+from analyzers import spikes
 from analyzers.spikes import LossSpikeDetector
 from analyzers.stream import feed_in_pieces, state_size
 from app.analysis import tag_writes
@@ -109,3 +111,23 @@ def test_the_state_is_json_and_does_not_grow_with_the_run():
         assert type(state).from_dict(json.loads(text)).to_dict() == state.to_dict()
         sizes.append(state_size(state))
     assert sizes[1] < 1.2 * sizes[0] and sizes[1] < 30_000
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    z=st.lists(st.one_of(st.floats(-5, 60), st.sampled_from([np.nan, np.inf, -np.inf])), min_size=1, max_size=600),
+    tail=st.lists(st.one_of(st.floats(-5, 60), st.just(0.0), st.just(-0.0)), max_size=32),
+    count=st.integers(0, 5000), block_max=st.one_of(st.floats(-5, 60), st.just(-np.inf)), floor=st.sampled_from([4.0, 6.0]),
+)
+def test_thresholds_of_a_few_blocks_worked_out_in_python_are_numpys(z, tail, count, block_max, floor):
+    """A live feed's few judged blocks take the Python path (`FEW_ROWS`); the numpy one,
+    which a long first feed takes, gives the same bars, tail and block maximum, bit for bit."""
+    detector = LossSpikeDetector()
+    args = (count, np.array(tail, float), block_max, np.array(z, float), floor)
+    few = detector._thresholds(*args)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(spikes, "FEW_ROWS", -1)
+        many = detector._thresholds(*args)
+    for a, b in zip(few[:2], many[:2]):
+        assert a.tobytes() == b.tobytes()
+    assert few[2] == many[2]
