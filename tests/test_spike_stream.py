@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from analyzers import spikes
 from analyzers.findings import Kind
 from analyzers.roles import Role
 from analyzers.series import TagWrites, prepare_series
-from analyzers import spikes
 from analyzers.spikes import LossSpikeDetector
 from analyzers.stream import feed_in_pieces, state_size
 from app.analysis import tag_writes
