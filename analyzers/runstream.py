@@ -911,9 +911,7 @@ def _best(state: RunState) -> dict[str, Any] | None:
 def dumps(state: RunState) -> bytes:
     """The state at rest: zlib-compressed JSON, then the bytes of its arrays (`_Packer`)."""
     packer = _Packer()
-    with np.errstate(over="ignore"):  # a float past float32's range narrows to inf: not equal, kept raw
-        plain = _plain(state, packer)
-    text = zlib.compress(json.dumps(plain, separators=(",", ":")).encode(), 1)
+    text = zlib.compress(json.dumps(_plain(state, packer), separators=(",", ":")).encode(), 1)
     return len(text).to_bytes(8, "little") + text + b"".join(packer.parts)
 
 
@@ -958,7 +956,8 @@ class _Packer:
             if a.nbytes > self.RAW_BYTES:
                 return [dtype, "d", *self._add(zlib.compress(d.tobytes(), 1))]
         elif a.dtype == np.float64 and a.nbytes > self.RAW_BYTES and _float32_exact(float(a[-1])):  # the newest value tells most apart
-            narrow = a.astype(np.float32)  # past float32's range: inf, not equal, kept raw (`dumps` allows the overflow)
+            with np.errstate(over="ignore"):  # past float32's range: inf, not equal, kept raw
+                narrow = a.astype(np.float32)
             same = narrow == a
             if same.all() or (same | np.isnan(a)).all():  # a NaN stays NaN in float32
                 return [dtype, "f4", *self._add(narrow.tobytes())]
