@@ -59,6 +59,7 @@ class Plan:
     train_chars: int | None = None  # train on only this many characters (overfitting)
     eval_every: int | None = None
     restart_every: int | None = None  # SGDR: the cosine restarts from the peak every this many steps after warmup
+    epoch_steps: int | None = None  # Keras's logging: the loss logged is the mean of the epoch's batches so far
 
 
 class CharLM(nn.Module):
@@ -118,6 +119,7 @@ def train(plan: Plan) -> None:
     writer = SummaryWriter(str(folder))
     checkpoints: dict[int, dict] = {}
     schedule_origin, wall, step = 0, 1.7e9, 0
+    epoch_losses: list[float] = []
     while step < plan.steps:
         if step % 500 == 0:
             checkpoints[step] = copy.deepcopy({"model": model.state_dict(), "opt": opt.state_dict(),
@@ -142,12 +144,17 @@ def train(plan: Plan) -> None:
         else:
             opt.step()
         wall += SECONDS_PER_STEP
-        writer.add_scalar("train/loss", loss.item(), step, walltime=wall)
+        logged = loss.item()
+        if plan.epoch_steps:  # a Keras metric: reset at each epoch's start, then the running mean
+            epoch_losses = epoch_losses if step % plan.epoch_steps else []
+            epoch_losses.append(logged)
+            logged = sum(epoch_losses) / len(epoch_losses)
+        writer.add_scalar("train/loss", logged, step, walltime=wall)
         writer.add_scalar("train/grad_norm", grad_norm.item(), step, walltime=wall)
         writer.add_scalar("train/lr", lr, step, walltime=wall)
         if scaler:
             writer.add_scalar("train/loss_scale", scaler.get_scale(), step, walltime=wall)
-        if plan.eval_every and (step + 1) % plan.eval_every == 0:
+        if (plan.eval_every or plan.epoch_steps) and (step + 1) % (plan.eval_every or plan.epoch_steps) == 0:
             writer.add_scalar("eval/loss", evaluate(model, eval_text, vocab), step, walltime=wall)
         if step == plan.crash_after:
             writer.close()  # the process dies; a new one starts a new event file
@@ -268,6 +275,14 @@ PLANS = [
          "gradient clipping.", seed=63, restart_every=400, clip=None, corrupt=garbage({1350, 1351, 1352})),
     Plan("charlm_sgdr_lr_jump", "SGDR restarting every 500 steps; from step 1250 the LR is 10x (a schedule edit): "
          "past its peak, then restarting at 10x.", seed=64, restart_every=500, lr_factor=lambda s: 10.0 if s >= 1250 else 1.0),
+    # A fourth batch (2026-12-04): losses logged as Keras logs them per batch, the running mean of the epoch so far
+    # (reset at each epoch's start), evaluated at each epoch's end.
+    Plan("charlm_epoch_mean_a", "Clean run logged as Keras logs per batch: the running mean of 200-step epochs.",
+         seed=71, epoch_steps=200),
+    Plan("charlm_epoch_mean_b", "Clean run logged as Keras logs per batch: the running mean of 150-step epochs, "
+         "twice the peak LR (6e-3), no gradient clipping.", seed=72, epoch_steps=150, peak_lr=6e-3, clip=None),
+    Plan("charlm_epoch_mean_lr_jump", "Logged as Keras logs per batch (running mean of 250-step epochs); from step "
+         "1100 the LR is 10x (a schedule edit).", seed=73, epoch_steps=250, lr_factor=lambda s: 10.0 if s >= 1100 else 1.0),
 ]
 
 
