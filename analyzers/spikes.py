@@ -362,15 +362,15 @@ class LossSpikeDetector:
         peaks[0] = max(peaks[0], block_max)
         done = (count + len(z)) // size - first  # blocks of this feed now complete
         history = np.concatenate([tail, np.where(np.isfinite(peaks[:done]), peaks[:done], 0.0)])
-        # block first + k is judged by the `kept` complete blocks before it (fewer in the
-        # run's first blocks): padded[ends[k] : ends[k] + kept]
-        padded = np.concatenate([np.full(kept, np.nan), history])
         judged = peaks > floor
         judged[(count + max(len(z) - c.confirm_points + 1, 0)) // size - first :] = True
         rows = np.flatnonzero(judged)
         if len(rows) <= FEW_ROWS:
             bar = np.array(self._few_bars(history.tolist(), len(tail), rows.tolist(), blocks, floor))
         else:
+            # block first + k is judged by the `kept` complete blocks before it (fewer in the
+            # run's first blocks): padded[ends[k] : ends[k] + kept]
+            padded = np.concatenate([np.full(kept, np.nan), history])
             windows = padded[(len(tail) + rows)[:, None] + np.arange(kept)]
             known = np.sum(~np.isnan(windows), axis=1)
             floor_now = np.where(known >= c.held_after_blocks, floor, max(floor, c.z))
