@@ -24,11 +24,14 @@ test: install-test
 
 # Real trainers posting to a real service: torch at its exact pin (the CPU wheel on this
 # machine's disk; a looser requirement would pull a multi-GB CUDA build), then transformers
-# (with accelerate, which its Trainer needs) and lightning at versions known to work with it.
+# (with accelerate, which its Trainer needs) and lightning at versions known to work with it;
+# Keras 3 on its own, run on the torch backend, so that it failing to install skips its test only.
 INTEGRATION_DEPS := torch==2.13.0 transformers==5.24.0 accelerate==1.15.0 lightning==2.6.6
+KERAS_DEPS := keras==3.15.1
 
 test-integrations: install-test
 	$(BIN)/pip install --quiet $(INTEGRATION_DEPS) || echo "the trainers could not be installed: the integration tests will skip" >&2
+	$(BIN)/pip install --quiet $(KERAS_DEPS) || echo "keras could not be installed: its integration test will skip" >&2
 	LOSSWATCH_INTEGRATIONS=1 $(BIN)/python -m pytest -q tests/integrations
 
 bench: install-test

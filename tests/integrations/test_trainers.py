@@ -40,9 +40,9 @@ def alerts_of(server, run: str) -> list[dict]:
 
 
 def test_hugging_face_trainer_is_stopped_by_the_guard(server, tmp_path):
-    from losswatch_client.hf import LosswatchCallback
     pytest.importorskip("transformers", reason="make test-integrations installs transformers")
     pytest.importorskip("accelerate", reason="make test-integrations installs accelerate (the Trainer needs it)")
+    from losswatch_client.hf import LosswatchCallback
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
     class TwoLayers(torch.nn.Module):
