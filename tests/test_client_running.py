@@ -1,4 +1,5 @@
-"""`losswatch_client.running.EpochMeans`: each batch's loss back from Keras's running means."""
+"""`losswatch_client.running.EpochMeans`: each batch's loss back from Keras's running means,
+and what losswatch then tells of real runs so logged."""
 
 from __future__ import annotations
 
@@ -70,3 +71,39 @@ def test_float32_means_of_a_long_epoch_come_back_within_their_rounding():
     back = np.array([means.batch(k, {"loss": float(np.float32(m))})["loss"] for k, m in enumerate(logged)])
     error = np.abs(back - losses)
     assert error.max() < 2000 * np.spacing(np.float32(2.0)) and error.max() < 0.01 * 0.05
+
+
+def batch_losses(name: str, epoch_steps: int):
+    """A trained run logged as Keras logs per batch (`bench/trained`), its train loss taken
+    apart as the Keras callback takes Keras's means apart before posting them."""
+    from app.analysis import tag_writes
+    from app.ingest.sources import read_path
+    from tests.conftest import REPO
+
+    run = next(iter(read_path(str(REPO / "bench" / "trained" / "runs" / name)).runs.values()))
+    writes = tag_writes(run)
+    loss = writes["train/loss"]
+    means, out = EpochMeans(), []
+    for step, value in zip(loss.step.tolist(), loss.value.tolist()):
+        if step % epoch_steps == 0:
+            means.start_epoch()
+        out.append(means.batch(step % epoch_steps, {"loss": value})["loss"])
+    writes["train/loss"] = type(loss)(loss.step, np.array(out), loss.segment)
+    return run.name, writes
+
+
+@pytest.mark.parametrize("name, epoch_steps, told", [
+    ("charlm_epoch_mean_a", 200, []),
+    ("charlm_epoch_mean_lr_jump", 250, [("loss_spike", "slow_recovering", "WARNING", 1101)]),
+])
+def test_batch_losses_taken_apart_are_told_as_a_loop_logging_them_would_be(name, epoch_steps, told):
+    """On the running means as logged, losswatch gives 6 and 11 info-level spikes and tells
+    the LR x10 edit only as info (README, *Log each step's own loss*); on each batch's own
+    loss it says nothing of the clean run and tells the edit as labelled: a slow-recovering
+    spike from step 1101 (bench/labels/trained_runs.json)."""
+    from app.analysis import assess_writes
+
+    run, writes = batch_losses(name, epoch_steps)
+    alerts, _ = assess_writes("trained", run, writes, ())
+    assert [(a.finding.kind.value, a.finding.classification.value, a.finding.severity.name, a.finding.start_step)
+            for a in alerts] == told
