@@ -9,6 +9,10 @@ import numpy as np
 import pytest
 from losswatch_client.running import EpochMeans
 
+from app.analysis import assess_writes, tag_writes
+from app.ingest.sources import read_path
+from tests.conftest import REPO
+
 
 def running_means(losses: list[float]) -> list[float]:
     """What Keras logs after each batch: the mean of the epoch's batches so far."""
@@ -76,10 +80,6 @@ def test_float32_means_of_a_long_epoch_come_back_within_their_rounding():
 def batch_losses(name: str, epoch_steps: int):
     """A trained run logged as Keras logs per batch (`bench/trained`), its train loss taken
     apart as the Keras callback takes Keras's means apart before posting them."""
-    from app.analysis import tag_writes
-    from app.ingest.sources import read_path
-    from tests.conftest import REPO
-
     run = next(iter(read_path(str(REPO / "bench" / "trained" / "runs" / name)).runs.values()))
     writes = tag_writes(run)
     loss = writes["train/loss"]
@@ -101,8 +101,6 @@ def test_batch_losses_taken_apart_are_told_as_a_loop_logging_them_would_be(name,
     the LR x10 edit only as info (README, *Log each step's own loss*); on each batch's own
     loss it says nothing of the clean run and tells the edit as labelled: a slow-recovering
     spike from step 1101 (bench/labels/trained_runs.json)."""
-    from app.analysis import assess_writes
-
     run, writes = batch_losses(name, epoch_steps)
     alerts, _ = assess_writes("trained", run, writes, ())
     assert [(a.finding.kind.value, a.finding.classification.value, a.finding.severity.name, a.finding.start_step)

@@ -146,7 +146,8 @@ def train(plan: Plan) -> None:
         wall += SECONDS_PER_STEP
         logged = loss.item()
         if plan.epoch_steps:  # a Keras metric: reset at each epoch's start, then the running mean
-            epoch_losses = epoch_losses if step % plan.epoch_steps else []
+            if step % plan.epoch_steps == 0:
+                epoch_losses = []
             epoch_losses.append(logged)
             logged = sum(epoch_losses) / len(epoch_losses)
         writer.add_scalar("train/loss", logged, step, walltime=wall)

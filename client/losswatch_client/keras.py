@@ -50,7 +50,7 @@ class LosswatchCallback(keras.callbacks.Callback):
         self._make = dict(url=url, run=run, token=token, guard=guard, **options)
         self._means = EpochMeans()
         self._first_step = 0  # the global step of the epoch's first batch
-        self._batches = 0  # batches this fit has run, when Keras does not know an epoch's length
+        self._batches = 0  # the global step after the last batch: where an epoch without a known length starts
         self.stopped_at: Optional[int] = None  # the global step the guard stopped training at
 
     def on_train_begin(self, logs: Optional[Mapping[str, Any]] = None) -> None:
