@@ -108,15 +108,23 @@ NAMES = {"events": "events.out.tfevents.1", "ndjson": "run.ndjson", "json": "run
 
 
 def input_file(work: Path, fmt: str, points: int) -> Path:
-    folder = work / f"{fmt}-{points}"
-    path = folder / NAMES[fmt]
+    """The input of `points` points in `fmt`, written once by a child process: a peak RSS
+    read from wait4 counts what a child shares with this process when forked, so this one
+    never holds the values (writing 80M points left it at 886 MB, and each analyze "peaked"
+    there)."""
+    path = work / f"{fmt}-{points}" / NAMES[fmt]
     if not path.exists():
         progress(f"writing {path}")
-        folder.mkdir(parents=True, exist_ok=True)
-        partial = folder / ("partial." + NAMES[fmt])
-        WRITERS[fmt](partial, values(points // len(TAGS)))
-        partial.rename(path)
+        subprocess.run([sys.executable, __file__, "--write", fmt, str(points), "--work", str(work)], check=True)
     return path
+
+
+def write_input(work: Path, fmt: str, points: int) -> None:
+    folder = work / f"{fmt}-{points}"
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = folder / ("partial." + NAMES[fmt])
+    WRITERS[fmt](partial, values(points // len(TAGS)))
+    partial.rename(folder / NAMES[fmt])
 
 
 def analyze(code: Path, path: Path, out: Path) -> tuple[float, float]:
@@ -138,7 +146,11 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000000,3000000,10000000", help="points per run, comma-separated")
     parser.add_argument("--formats", default=",".join(FORMATS))
     parser.add_argument("--work", type=Path, default=Path("/tmp/losswatch-analyze-memory"))
+    parser.add_argument("--write", nargs=2, metavar=("FORMAT", "POINTS"), help=argparse.SUPPRESS)  # input_file's child
     args = parser.parse_args()
+    if args.write:
+        write_input(args.work, args.write[0], int(args.write[1]))
+        return
     codes = [("new", REPO)] + ([("old", args.code.resolve())] if args.code else [])
     print("| format | points | code | peak RSS MB | bytes/point | CPU s | points/CPU-s | output |")
     print("|---|---:|---|---:|---:|---:|---:|---|")
