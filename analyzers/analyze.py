@@ -24,6 +24,7 @@ from analyzers.overfitting import EvalRiseDetector, judge, train_counterpart
 from analyzers.plateau import InitialLevelDetector, ZeroLRDetector, merge_plateaus, stalled_plateaus, warming_up
 from analyzers.restarts import RestartDetector
 from analyzers.roles import Role
+from analyzers.running_mean import noted
 from analyzers.schedule import WarmRestartDetector
 from analyzers.series import RunSeries
 from analyzers.spikes import LossSpikeDetector
@@ -35,7 +36,8 @@ def analyze_run(run: RunSeries, config: AnalysisConfig = AnalysisConfig()) -> li
     # Values near the float64 limits overflow to inf in differences and ratios; inf compares
     # as it should, so the warnings say nothing the results do not.
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        return _analyze(run, config)
+        findings = _analyze(run, config)
+    return noted(findings, {s.tag: s.averaged for s in run.series.values() if s.averaged})
 
 
 def _analyze(run: RunSeries, config: AnalysisConfig) -> list[Finding]:

@@ -26,6 +26,7 @@ from analyzers.overfitting import OverfittingConfig
 from analyzers.plateau import PlateauConfig
 from analyzers.restarts import RestartConfig
 from analyzers.roles import Role
+from analyzers.running_mean import RunningMeanConfig
 from analyzers.schedule import ScheduleConfig
 from analyzers.spikes import SpikeConfig
 from analyzers.trend import TrendConfig
@@ -62,6 +63,7 @@ class AnalysisConfig:
     restarts: RestartConfig = RestartConfig()
     schedule: ScheduleConfig = ScheduleConfig()
     stale: StaleConfig = StaleConfig()
+    running_mean: RunningMeanConfig = RunningMeanConfig()
     incident_steps: int = 20  # a grad-norm explosion leads the loss spike it causes by at most this
     roles: dict[str, str] = field(default_factory=dict)  # tag -> role, over what the name says
     overrides: tuple[Override, ...] = ()  # per-run settings, in file order
@@ -139,7 +141,11 @@ def _build(base: Any, data: Mapping[str, Any], path: str) -> Any:
 
 
 def _scalar(default: Any, value: Any, where: str) -> Any:
-    if isinstance(default, bool) or isinstance(value, bool):
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where} must be true or false, got {value!r}")
+    if isinstance(value, bool):
         raise ConfigError(f"{where} must be a number, got {value!r}")
     if isinstance(default, int) and isinstance(value, int):
         return value

@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from analyzers import running_mean
 from analyzers.config import AnalysisConfig
 from analyzers.findings import Finding, Kind, Severity, SpikeClass
 from analyzers.gradnorm import GradNormDetector, GradNormState
@@ -70,6 +71,7 @@ from analyzers.plateau import (
 )
 from analyzers.restarts import RestartDetector
 from analyzers.roles import Role, assign_roles
+from analyzers.running_mean import MeanState
 from analyzers.schedule import RestartState, WarmRestartDetector
 from analyzers.series import Resume, RunSeries, Series, TagWrites, current_view, logging_interval, resume_steps
 from analyzers.spikes import LossSpikeDetector, SpikeState
@@ -87,10 +89,13 @@ _TAILED = (*_LOSSES, Role.LEARNING_RATE, Role.GRAD_NORM)  # the roles the cross-
 
 class NeedsReplay(Exception):
     """Writes rewrite steps the state has passed: feed again from a state that has not
-    reached `rewrites[tag]` for any tag (the step from which that tag is rewritten)."""
+    reached `rewrites[tag]` for any tag (the step from which that tag is rewritten).
+    `at_once`: feed every write since that state in one feed (a train loss found to be
+    logged as running means, or given up on, is told so by a stretch of points that a feed
+    in parts would see again only piece by piece, and ask again)."""
 
-    def __init__(self, rewrites: dict[str, int]) -> None:
-        self.rewrites = rewrites
+    def __init__(self, rewrites: dict[str, int], at_once: bool = False) -> None:
+        self.rewrites, self.at_once = rewrites, at_once
         super().__init__("writes rewrite steps already analysed: " + ", ".join(f"{t} from step {s}" for t, s in rewrites.items()))
 
 
@@ -100,8 +105,8 @@ class StateOutdated(Exception):
 
 
 # Raise when any detector's state changes shape (or the way it is packed at rest).
-STATE_FORMAT = 8
-READ_FORMATS = (8,)  # 8: LR tags follow the schedule's warm restarts
+STATE_FORMAT = 9
+READ_FORMATS = (9,)  # 9: train losses logged as running means are worked back
 
 
 # -- the state --------------------------------------------------------------------------
@@ -124,6 +129,7 @@ class TagState:
     peak: float = -math.inf  # the highest finite value (an LR's peak)
     last_finite: float = math.nan
     anchors: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # name -> finite points kept
+    mean: MeanState | None = None  # a train loss: whether it is logged as running means (`analyzers.running_mean`)
 
     @property
     def fed(self) -> int:
@@ -228,7 +234,7 @@ _STATE_TYPES: dict[str, type] = {
 def _new_tag(role: Role, config: AnalysisConfig) -> TagState:
     detectors = _detectors(role, config)
     states = {name: (d.start(role) if name == "nonfinite" else d.start()) for name, d in detectors.items()}
-    return TagState(role=role, detectors=states)
+    return TagState(role=role, detectors=states, mean=running_mean.start() if role is Role.LOSS else None)
 
 
 # -- feeding ----------------------------------------------------------------------------
@@ -257,7 +263,8 @@ def feed_run(
                 state.tags[tag] = _new_tag(roles[tag], config)
         for tag, (step, value) in views.items():
             if len(step):
-                _summarise(state.tags[tag], step, value, config)
+                views[tag] = (step, _as_batches(tag, state.tags[tag], step, value, config))
+                _summarise(state.tags[tag], step, views[tag][1], config)
         closed: list[Finding] = []
         windows = list(_windows(state, views, tail_points))
         complete: dict[str, set[str]] = {}
@@ -267,7 +274,20 @@ def feed_run(
             closed += _settle(state, config, tail_points)
         open_ = _emit(state, _cross(state, config), final=False)
     state.shown = [_key(f) for f in open_]
-    return state, closed, open_
+    averaged = {tag: t.mean.period for tag, t in state.tags.items() if t.mean is not None and t.mean.period}
+    return state, running_mean.noted(closed, averaged), running_mean.noted(open_, averaged)
+
+
+def _as_batches(tag: str, t: TagState, step: np.ndarray, value: np.ndarray, config: AnalysisConfig) -> np.ndarray:
+    """A tag's new points as the detectors should see them: a train loss logged as running
+    means worked back to its batches'.  Raises NeedsReplay when these points change the
+    values of steps already fed (the epochs learned: from the curve's start)."""
+    if t.mean is None:
+        return value
+    t.mean, out, changed = running_mean.feed(t.mean, step, value, config.running_mean)
+    if changed is not None and changed <= t.last_step:
+        raise NeedsReplay({tag: changed}, at_once=True)
+    return out
 
 
 def _copy(state: RunState) -> RunState:
@@ -1092,6 +1112,7 @@ def _plain(state: RunState, _array) -> dict:
             "step": _array(t.step), "value": _array(t.value), "points": t.points, "last_step": t.last_step, "finite": t.finite,
             "first_step": t.first_step, "head": _array(t.head), "best": t.best, "best_step": t.best_step, "peak": t.peak,
             "last_finite": t.last_finite, "anchors": {k: [_array(s), _array(v)] for k, (s, v) in t.anchors.items()},
+            "mean": None if t.mean is None else _detector_plain(t.mean, _array),
         }
     tally = state.tally
     return {
@@ -1124,6 +1145,7 @@ def _run_state(d: dict, _unarray) -> RunState:
             finite=x["finite"],
             first_step=x["first_step"], head=_unarray(x["head"]), best=x["best"], best_step=x["best_step"], peak=x["peak"],
             last_finite=x["last_finite"], anchors={k: (_unarray(s), _unarray(v)) for k, (s, v) in x["anchors"].items()},
+            mean=None if x["mean"] is None else _detector_state(MeanState, x["mean"], _unarray),
         )
     resumes = []
     for r in d["resumes"]:

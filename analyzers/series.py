@@ -10,6 +10,7 @@ import numpy as np
 
 from analyzers.baseline import median
 from analyzers.roles import Role, assign_roles
+from analyzers.running_mean import RunningMeanConfig, worked_back
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class Series:
     fstep: np.ndarray
     fvalue: np.ndarray
     interval: int  # typical steps between logged points (1, 10, 500 ...)
+    averaged: int = 0  # a train loss logged as its epoch's running mean, its values worked back: the epoch in steps
 
     def __len__(self) -> int:
         return len(self.step)
@@ -134,10 +136,24 @@ def prepare_run(
     resumes: tuple[Resume, ...] = (),
     roles: Mapping[str, str | Role] | None = None,
     run: str = "",
+    running_mean: RunningMeanConfig = RunningMeanConfig(),
 ) -> RunSeries:
     """Every tag's current view with its role (`roles` overrides what names suggest; the
-    run's name says when it is an eval split logged apart)."""
+    run's name says when it is an eval split logged apart); a train loss logged as its
+    epoch's running mean worked back to each batch's own (`analyzers.running_mean`)."""
     assigned = assign_roles(writes, roles, run)
     series = {tag: prepare_series(tag, assigned[tag], w, resume_steps(resumes, tag)) for tag, w in writes.items()}
+    for tag, s in series.items():
+        if s.role is Role.LOSS:
+            series[tag] = _as_batches(s, running_mean)
     return RunSeries(series=series, writes=dict(writes), resumes=tuple(resumes))
+
+
+def _as_batches(s: Series, config: RunningMeanConfig) -> Series:
+    """A train loss as the detectors should see it: worked back if logged as running means."""
+    value, period = worked_back(s.step, s.value, config)
+    if value is s.value:
+        return s
+    finite = np.isfinite(value)
+    return Series(s.tag, s.role, s.step, value, finite, s.step[finite], value[finite], s.interval, averaged=period)
 

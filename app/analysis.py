@@ -123,7 +123,7 @@ def assess_writes(
     analysed with its own settings: `config`'s overrides that match it applied."""
     config = config.for_run(source, run)
     try:
-        prepared = prepare_run(writes, resumes, config.roles, run)
+        prepared = prepare_run(writes, resumes, config.roles, run, config.running_mean)
         findings = analyze_run(prepared, config)
         health = run_health(prepared, findings, config.plateau, config.health)
     except Exception as e:  # the boundary of pure analyzer code: no I/O or store state in here
@@ -228,7 +228,7 @@ class _RunFeed:
         try:
             self._take(batch, None)
         except NeedsReplay as e:
-            self._replay(e.rewrites, index)
+            self._replay(e.rewrites, index, e.at_once)
         except Exception as e:  # the boundary of pure analyzer code, as in `assess_writes`
             self._fail(e)
 
@@ -262,6 +262,14 @@ class _RunFeed:
             writes = {tag: _past(w, after.get(tag, -1)) for tag, w in writes.items()}
         self._feed(writes, final=False, ahead=after is not None)
 
+    def _take_all(self, batches: list[Batch], after: dict[str, int]) -> None:
+        """Feed the writes of batches read again past `after`'s step of their tag, at once."""
+        parts: dict[str, list[TagWrites]] = {}
+        for batch in batches:
+            for tag, w in split_writes(batch.points, batch.segment).items():
+                parts.setdefault(tag, []).append(_past(w, after.get(tag, -1)))
+        self._feed({tag: _joined(*ws) for tag, ws in parts.items()}, final=False, ahead=True)
+
     def _feed(self, writes: dict[str, TagWrites], final: bool, ahead: bool = False) -> None:
         """Feed writes with the resumes of the segments fed so far (`ahead`: every resume
         known, so that a replay hides the rewritten steps as a one-shot analysis does)."""
@@ -284,9 +292,10 @@ class _RunFeed:
             old = self.checkpoints[1:-MAX_CHECKPOINTS // 3]
             self.checkpoints[1:-MAX_CHECKPOINTS // 3] = old[1::2]
 
-    def _replay(self, rewrites: dict[str, int], index: int) -> None:
+    def _replay(self, rewrites: dict[str, int], index: int, at_once: bool) -> None:
         """Feed every batch up to `index` again from the newest saved state that had not
-        reached the rewritten steps (an older rollback may call for an older one)."""
+        reached the rewritten steps (an older rollback may call for an older one); batch by
+        batch, or in one feed when a replay asks for it (`NeedsReplay.at_once`)."""
         while True:
             while not all(t not in (s := self.checkpoints[-1].state).tags or s.tags[t].fed < at for t, at in rewrites.items()):
                 self.checkpoints.pop()
@@ -295,12 +304,17 @@ class _RunFeed:
             self.carry, self.open = {}, []
             after = base.state.fed()
             try:
-                for _, batch in _batches_of(self.source, self.run, index):
-                    self._take(batch, after)
+                batches = (batch for _, batch in _batches_of(self.source, self.run, index))
+                if at_once:
+                    self._take_all(list(batches), after)
+                else:
+                    for batch in batches:
+                        self._take(batch, after)
                 return
             except NeedsReplay as e:
                 for tag, at in e.rewrites.items():
                     rewrites[tag] = min(rewrites.get(tag, at), at)
+                at_once = at_once or e.at_once
             except Exception as e:
                 self._fail(e)
                 return
@@ -322,8 +336,9 @@ def _past(w: TagWrites, fed: int) -> TagWrites:
     return TagWrites(w.step[keep], w.value[keep], w.segment[keep])
 
 
-def _joined(a: TagWrites, b: TagWrites) -> TagWrites:
-    return TagWrites(np.concatenate([a.step, b.step]), np.concatenate([a.value, b.value]), np.concatenate([a.segment, b.segment]))
+def _joined(*parts: TagWrites) -> TagWrites:
+    return TagWrites(np.concatenate([w.step for w in parts]), np.concatenate([w.value for w in parts]),
+                     np.concatenate([w.segment for w in parts]))
 
 
 def _hold_last_steps(writes: dict[str, TagWrites]) -> dict[str, TagWrites]:

@@ -8,6 +8,7 @@ drawn can be checked (and styled, or linked to from an alert) without looking at
 * `panel-loss` (the drawn loss tag), `panel-grad_norm`, `panel-learning_rate`,
   `panel-loss_scale`: the panels (axes);
 * `series-<tag>`: a tag's curve; `baseline`, `noise-band`: the loss's baseline and band;
+  `logged-<tag>`: a train loss worked back from running means, as logged;
 * `nonfinite-<tag>`: the ticks at the top of a tag's panel where it is NaN or +-Inf;
 * `spike-<class>-<start_step>`, `explosion-<start_step>`, `divergence-<start_step>`,
   `plateau-<start_step>`, `overfitting-<start_step>`, `collapse-<start_step>`,
@@ -38,6 +39,7 @@ from analyzers.baseline import BaselineConfig, trailing_baseline
 from analyzers.config import AnalysisConfig
 from analyzers.findings import Finding, Kind, Severity, SpikeClass
 from analyzers.roles import Role
+from analyzers.running_mean import RunningMeanConfig
 from analyzers.series import Resume, RunSeries, Series, prepare_run
 from app import analysis
 from app.axis import wants_log
@@ -55,6 +57,8 @@ LABEL_GAP_PX = 2  # room kept around each label (its white box reaches a pixel p
 WARMUP_SHARE = 0.05  # the first 5% of a loss's points are its warm-up ...
 WARMUP_CLIP = 1.5  # ... clipped off the y-range when they reach 1.5x over the rest's highest value
 EVAL_COLOUR = "#e08a00"
+LOGGED_COLOUR = "#6a6a6a"
+LEGEND_COLUMNS = 5  # more, and a 12-inch figure cuts the legend's ends off
 SEVERITY_COLOURS = {Severity.CRITICAL: "#c62828", Severity.WARNING: "#e08a00", Severity.INFO: "#5b7fb8"}  # the web UI's badges
 SUBTITLE_CHARS = 160
 
@@ -135,7 +139,7 @@ def draw_run(source: str, run: Run, tag: str | None = None, config: AnalysisConf
     """The figure of one run: `tag` (default: its first loss tag) on top, the grad norm,
     learning rate and loss scale below where logged, every alert marked."""
     resumes = tuple(Resume(r.from_step, r.to_step, r.segment, r.wall_time, r.tags) for r in run.rollbacks)
-    prepared = prepare_run(analysis.tag_writes(run), resumes, config.roles)
+    prepared = prepare_run(analysis.tag_writes(run), resumes, config.roles, running_mean=config.running_mean)
     loss = _loss_series(run.name, prepared, tag)
     findings = [alert.finding for alert in analysis.analyze(source, run, config)]
     shown = [loss] + [s for role in LOWER_PANELS for s in prepared.with_role(role)[:1] if s is not loss]
@@ -146,6 +150,9 @@ def draw_run(source: str, run: Run, tag: str | None = None, config: AnalysisConf
     for panel in panels:
         _draw_series(panel, "loss" if panel.series is loss else panel.series.role.value)
     _draw_baseline(axes[0], loss, config.spikes.baseline)
+    if loss.averaged:
+        _draw_logged(axes[0], prepare_run({loss.tag: analysis.tag_writes(run)[loss.tag]}, resumes, {loss.tag: Role.LOSS},
+                                          running_mean=RunningMeanConfig(enabled=False)).series[loss.tag])
     if loss.role is not Role.EVAL_LOSS:
         for evaluation in prepared.with_role(Role.EVAL_LOSS):
             _draw_eval(axes[0], evaluation)
@@ -198,6 +205,8 @@ def _draw_series(panel: _Panel, role: str) -> None:
     step, value = series.step[keep], series.value[keep]
     finite = np.isfinite(value)
     label = series.tag if role == "loss" else "_nolegend_"  # the other panels' ylabels say it
+    if role == "loss" and series.averaged:
+        label += f", per batch (from {series.averaged}-step epoch means)"
     ax.plot(step, np.where(finite, value, np.nan), color=LINE, lw=0.8, label=label, gid=f"series-{series.tag}")
     if not finite.all():
         ax.plot(
@@ -209,6 +218,14 @@ def _draw_series(panel: _Panel, role: str) -> None:
     if wants_log(series.fvalue):
         ax.set_yscale("log")
     ax.grid(True, alpha=0.3, lw=0.5)
+
+
+def _draw_logged(ax: Axes, series: Series) -> None:
+    """A loss logged as its epoch's running mean, as logged, under the batches' losses worked
+    back from it (what the detectors measured): the staircase the run's own plots show."""
+    keep = minmax_indices(series.step, series.value, MAX_POINTS)
+    ax.plot(series.step[keep], series.value[keep], color=LOGGED_COLOUR, lw=1.2, zorder=3,
+            label=f"{series.tag} as logged (epoch means)", gid=f"logged-{series.tag}")
 
 
 def _draw_eval(ax: Axes, series: Series) -> None:
@@ -358,4 +375,4 @@ def _legend(fig: Figure, axes: list[Axes], extra: dict[str, Artist]) -> None:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             entries.setdefault(label, handle)
     entries.update(extra)
-    fig.legend(entries.values(), entries.keys(), loc="outside upper center", ncols=min(len(entries), 8), fontsize=9)
+    fig.legend(entries.values(), entries.keys(), loc="outside upper center", ncols=min(len(entries), LEGEND_COLUMNS), fontsize=9)

@@ -270,6 +270,35 @@ def epoch_curve(seed: int, epochs: int, *, overfit_at: int | None = None, noise:
     return curve
 
 
+def epoch_means(batches: np.ndarray, epoch: int, every: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Per-batch losses (batch i at step i) logged as a Keras or `AverageMeter.avg` loop logs
+    them: at every `every`-th batch, the mean of the epoch's batches so far; (steps, means)."""
+    steps = np.arange(0, len(batches), every, dtype=np.int64)
+    first = steps - steps % epoch
+    sums = np.cumsum(batches)
+    before = np.where(first > 0, sums[np.maximum(first - 1, 0)], 0.0)
+    return steps, (sums[steps] - before) / (steps - first + 1)
+
+
+def running_mean_curve(seed: int, epoch: int, *, points: int = 3000, noise: float = 0.03, every: int = 1,
+                       spike_at: int | None = None, epoch_after: tuple[int, int] | None = None) -> tuple[Curve, np.ndarray]:
+    """A run whose train loss is logged as its epoch's running mean (`epoch_means`), and the
+    batches' own losses behind it: healthy, or the batches' loss 1.6x from `spike_at` and
+    back over 300 steps; `epoch_after`: (step, epoch) the run's epoch changes to."""
+    rng = np.random.default_rng(seed)
+    n = points * every
+    t = np.arange(n)
+    batches = (1.5 + 2.5 * np.exp(-t / (n / 6))) * (1 + noise * rng.standard_normal(n))
+    if spike_at is not None:
+        batches[spike_at : spike_at + 300] *= np.linspace(1.6, 1.0, 300)[: n - spike_at]
+    steps, means = epoch_means(batches, epoch, every)
+    if epoch_after is not None:
+        at, after = epoch_after
+        means[steps >= at] = epoch_means(batches[at:], after, every)[1]
+    lr = np.full(len(steps), 3e-4)
+    return Curve(f"running-mean-e{epoch}-every{every}", steps, {"train/loss": means, "train/lr": lr}), batches
+
+
 def chance_curve(seed: int, classes: int, points: int = 2000, interval: int = 1) -> Curve:
     """A model that never learns: its train loss at ln K with minibatch noise, its eval loss
     at ln K to four digits, the LR on a normal schedule."""

@@ -62,6 +62,8 @@ def test_overrides_apply_in_file_order_over_the_top_level():
     ('[[override]]\nrun = "a"\n[[override]]\nrun = "b"\nspikes.zz = 3.0', "unknown setting 'override[1].spikes.zz'"),
     ('[[override]]\nrun = "a"\nspikes.z = "high"', "override[0].spikes.z must be a number, got 'high'"),
     ('[[override]]\nrun = 3', "override[0].run must be a glob (a string), got 3"),
+    ('[[override]]\nrun = "a"\nrunning_mean.enabled = 0', "override[0].running_mean.enabled must be true or false, got 0"),
+    ('[[override]]\nrun = "a"\nrunning_mean.jump = true', "override[0].running_mean.jump must be a number, got True"),
     ('override = 3', "override must be an array of tables: [[override]]"),
 ])
 def test_a_bad_override_is_an_error_naming_it_when_the_file_is_read(text, message):

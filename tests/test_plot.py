@@ -254,3 +254,11 @@ def test_alert_labels_do_not_collide_and_stay_inside_their_panel(name, tmp_path)
         assert panel_box.x0 - 0.5 <= box.x0 and box.x1 <= panel_box.x1 + 0.5 and panel_box.y0 <= box.y0 and box.y1 <= panel_box.y1, gid
         for other, _, other_gid in placed[i + 1:]:
             assert not box.overlaps(other), (gid, other_gid)
+
+
+def test_a_loss_logged_as_running_means_is_drawn_worked_back_over_the_means_as_logged(tmp_path):
+    path = REPO / "bench" / "trained" / "runs" / "charlm_epoch_mean_lr_jump"
+    assert {"series-train/loss", "logged-train/loss"} <= panel(svg_of(path, tmp_path), "loss")
+    fig = plot.draw_run(str(path), read_path(str(path)).runs[path.name])
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert {"train/loss, per batch (from 250-step epoch means)", "train/loss as logged (epoch means)"} <= set(legend)

@@ -17,7 +17,7 @@ from analyzers.series import Resume, TagWrites, prepare_run
 from app.analysis import tag_writes
 from app.ingest.sources import read_path
 from tests.conftest import REPO
-from tests.curves import clean_curve, labelled_corpus, plant_spike, plant_stalled_lr
+from tests.curves import clean_curve, labelled_corpus, plant_spike, plant_stalled_lr, running_mean_curve
 
 SAMPLES = {
     name: (tag_writes(run), tuple(Resume(r.from_step, r.to_step, r.segment, r.wall_time, r.tags) for r in run.rollbacks))
@@ -37,7 +37,7 @@ def stream(writes: dict[str, TagWrites], resumes: tuple[Resume, ...], cuts: list
     newest earlier state that had not reached them, as the store does.  Returns the last
     state, every finding returned (the final ones once, the open ones of the last feed) and
     the open ones."""
-    state, saved, shown, open_ = start_run(), [start_run()], {}, []
+    state, saved, shown, open_ = start_run(), [(start_run(), {})], {}, []
     done = dict.fromkeys(writes, 0)
     for share in [*cuts, 1.0]:
         upto = {t: int(round(share * len(w.step))) for t, w in writes.items()}
@@ -47,15 +47,28 @@ def stream(writes: dict[str, TagWrites], resumes: tuple[Resume, ...], cuts: list
         try:
             state, closed, open_ = feed_run(state, new, known, tail_points=tail)
         except NeedsReplay as e:
-            base = next(s for s in reversed(saved) if all(t not in s.tags or s.tags[t].fed < at for t, at in e.rewrites.items()))
-            fed = base.fed()
-            again = {t: _after(w, upto[t], fed.get(t, -1)) for t, w in writes.items()}
-            state, closed, open_ = feed_run(base, {t: w for t, w in again.items() if len(w.step)}, known, tail_points=tail)
+            state, closed, open_, shown = _replay(writes, upto, known, saved, e.rewrites, tail)
         state = loads(dumps(state))
         shown.update({(f.tag, f.kind.value, f.start_step): f for f in closed})
-        saved.append(state)
+        saved.append((state, dict(shown)))
         done = upto
     return state, list(shown.values()) + open_, open_
+
+
+def _replay(writes, upto, known, saved, rewrites: dict[str, int], tail: int):
+    """Feed the writes up to `upto` again from the newest saved state that had not reached
+    the rewritten steps (a feed from it may call for an older one); the findings returned
+    since that state are returned again."""
+    while True:
+        base, shown = next((s, dict(seen)) for s, seen in reversed(saved)
+                           if all(t not in s.tags or s.tags[t].fed < at for t, at in rewrites.items()))
+        fed = base.fed()
+        again = {t: _after(w, upto[t], fed.get(t, -1)) for t, w in writes.items()}
+        try:
+            return *feed_run(base, {t: w for t, w in again.items() if len(w.step)}, known, tail_points=tail), shown
+        except NeedsReplay as e:
+            for tag, at in e.rewrites.items():
+                rewrites[tag] = min(rewrites.get(tag, at), at)
 
 
 def _part(w: TagWrites, a: int, b: int) -> TagWrites:
@@ -131,6 +144,21 @@ def test_a_first_feed_finds_what_appends_of_one_window_find(i):
     one_state, one_found, one_open = stream(writes, curve.resumes, [], tail=256)
     assert _norm(one_found) == _norm(found)
     assert run_health(one_state, one_open).to_dict() == run_health(state, open_).to_dict()
+
+
+RUNNING_MEANS = [running_mean_curve(11, 200, spike_at=1500)[0], running_mean_curve(12, 250, every=5)[0],
+                 running_mean_curve(13, 150, points=2000, epoch_after=(1200, 250))[0]]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, len(RUNNING_MEANS) - 1), cuts)
+def test_any_split_of_a_loss_logged_as_running_means_finds_what_one_shot_finds(i, shares):
+    """The feed that learns the epochs, or gives them up, has the run fed again from a
+    state before the steps it changes: it ends where one shot ends."""
+    curve = RUNNING_MEANS[i]
+    writes = curve.writes()
+    state, found, open_ = stream(writes, (), shares)
+    assert (_norm(found), run_health(state, open_).to_dict()) == _batch(writes, ())
 
 
 def test_one_point_appends_find_what_one_shot_finds():

@@ -114,12 +114,14 @@ def test_a_state_saved_before_the_stuck_runs_knew_their_rounding_is_outdated(for
         loads(_previous_release_dumps(_state(), format))
 
 
-def test_a_state_saved_before_lr_tags_followed_warm_restarts_is_outdated(monkeypatch):
-    """Format 7 had no warm-restart detector on its LR tags: fed again from the start."""
-    monkeypatch.setattr(runstream, "STATE_FORMAT", 7)
+@pytest.mark.parametrize("format", [7, 8])
+def test_a_state_saved_before_lr_restarts_or_running_means_is_outdated(monkeypatch, format):
+    """Format 7 had no warm-restart detector on its LR tags, format 8 took a train loss
+    logged as running means as it is: fed again from the start."""
+    monkeypatch.setattr(runstream, "STATE_FORMAT", format)
     saved = dumps(_state())
     monkeypatch.undo()
-    with pytest.raises(runstream.StateOutdated, match="state format 7, expected 8"):
+    with pytest.raises(runstream.StateOutdated, match=f"state format {format}, expected 9"):
         loads(saved)
 
 

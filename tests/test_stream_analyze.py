@@ -113,3 +113,12 @@ def test_every_format_reads_the_same_run_with_its_rollbacks(formats):
              for fmt, path in formats.items()}
     assert kinds["ndjson"] == kinds["json"] == kinds["csv"]
     assert ("restart", 5200) in kinds["csv"]
+
+
+@pytest.mark.parametrize("limits", LIMITS)
+def test_the_trained_runs_logged_as_running_means_stream_to_the_one_shot_findings(limits):
+    """Cut into batches, the feed that shows the epochs has the run read again and fed from
+    its start: what a one-shot analysis finds (the LR edit: a slow-recovering warning)."""
+    for name in ("charlm_epoch_mean_a", "charlm_epoch_mean_lr_jump"):
+        path = str(REPO / "bench" / "trained" / "runs" / name)
+        assert streamed(path, limits) == one_shot(path)

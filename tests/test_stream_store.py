@@ -20,6 +20,7 @@ from app.store import runs as stored_runs
 from app.store import streams
 from app.store.db import open_store
 from app.store.schema import stream_checkpoints, stream_states
+from tests.curves import running_mean_curve
 from tests.eventfiles import record, scalar_event, write_events
 
 
@@ -77,6 +78,24 @@ def test_scans_in_appends_read_only_new_writes_and_end_where_one_shot_ends(store
     with store.read() as conn:
         row = conn.execute(sa.select(stream_states).where(stream_states.c.run_id == run.id)).one()
     assert row.points == 18000 and row.version == 5
+
+
+def test_a_loss_logged_as_running_means_is_analysed_again_once_its_epochs_show(store, tmp_path):
+    """Scanned as it grows, 100 steps a scan: its epoch starts read as spikes until the
+    third reset shows the epochs; then the run is analysed again from its start, each
+    batch's loss worked back, and those alerts resolve.  It ends where one shot ends."""
+    curve, _ = running_mean_curve(12, 300, spike_at=1500)  # its epochs show at step 1200
+    (tmp_path / "r").mkdir()
+    events = tmp_path / "r" / "events.out.tfevents.1"
+    write_events(events, [])
+    for a in range(0, 3000, 100):
+        append(events, a, {t: v[a : a + 100] for t, v in curve.tags.items()})
+        scan(store, [str(tmp_path)])
+    run, want, health, stored = batch_view(store, "r")
+    assert [(a["kind"], a["classification"], a["start_step"]) for a in want.values()] == [("loss_spike", "slow_recovering", 1500)]
+    assert {i: stored[i].finding for i in want} == want and run.health == health
+    early = {i: r for i, r in stored.items() if i not in want}
+    assert early and {r.state for r in early.values()} == {State.RESOLVED}
 
 
 def test_the_state_commits_with_the_points_or_not_at_all(store, tmp_path, monkeypatch):
