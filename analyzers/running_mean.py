@@ -39,13 +39,15 @@ back the whole curve.  If two epochs in a row stop settling (the run changed its
 length), the curve is taken as logged from the epoch before them on, and a stream that
 had passed that step is fed again from there.
 
-A curve whose epochs are shorter than `MIN_EPOCH_POINTS` logged points, or that never
-resets at a fixed number of steps, is left as it is."""
+A curve whose epochs are shorter than `MIN_EPOCH_POINTS` logged points, or that shows no
+epochs in its first `SEARCH_POINTS` points, is left as it is (a stream fed again from its
+start holds what it fed: a quarter of a million points bounds it)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import bottleneck as bn
 import numpy as np
@@ -58,7 +60,7 @@ BURST_POINTS = 16  # no jump this soon after the last one: an epoch's first poin
 EARLY = (2, 9)  # points of an epoch (0: its first) whose steps should be large ...
 LATE = (17, 32)  # ... against these, once the mean has settled
 MIN_EPOCH_POINTS = LATE[1] + 1
-SEARCH_POINTS = 250_000  # no epochs found in this many points: the curve is taken as logged (a stream fed again from its start holds them)
+SEARCH_POINTS = 250_000  # no epochs found in this many points: the curve is taken as logged
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,8 @@ def feed(state: MeanState, step: np.ndarray, value: np.ndarray, config: RunningM
 
 def worked_back(step: np.ndarray, value: np.ndarray, config: RunningMeanConfig = RunningMeanConfig()) -> tuple[np.ndarray, int]:
     """A whole train loss (sorted by step) as the detectors should see it, and its epoch in
-    steps (0: taken as logged): what `feed` gives over any split of it, known in the end."""
+    steps (0: taken as logged, at least at its end): what `feed` gives over any split of it,
+    each feed made again from where it changed what an earlier one gave."""
     state, out, _ = feed(start(), step, value, config)
     return out, state.period
 
@@ -169,13 +172,17 @@ def _search(state: MeanState, fs: np.ndarray, fv: np.ndarray, moved: np.ndarray,
         if i - last > BURST_POINTS:
             starts.append(i)
             last = i
-    epochs = _epochs(state, moved, starts, config)
+    if not starts and state.since >= LATE[1]:  # the usual feed: no jump, past the bands of its stretch
+        epochs = _Epochs([], state.since + len(moved), (state.early_sum, state.early_n, state.late_sum, state.late_n))
+    else:
+        epochs = _epochs(state, moved, starts, config)
     jumps, points, settled = list(state.jumps), list(state.jump_points), list(state.settled)
     for i, closed in zip(starts, epochs.settled):
         jumps, points, settled = (jumps + [int(fs[i])])[-3:], (points + [state.seen + i])[-3:], (settled + [closed is True])[-3:]
         if _regular(jumps, points, settled):
-            return replace(state, period=jumps[2] - jumps[1], anchor=jumps[2], jumps=(), jump_points=(), settled=()), i
-    out = replace(_carried(state, fs, fv, moved, epochs), jumps=tuple(jumps), jump_points=tuple(points), settled=tuple(settled))
+            known = replace(state, period=jumps[2] - jumps[1], anchor=jumps[2], steps=np.zeros(0), jumps=(), jump_points=(), settled=())
+            return known, i
+    out = _carried(state, fs, fv, moved, epochs, jumps=tuple(jumps), jump_points=tuple(points), settled=tuple(settled))
     return (GIVEN_UP if out.seen >= SEARCH_POINTS else out), None
 
 
@@ -231,13 +238,13 @@ def _sums(label: np.ndarray, weight: np.ndarray, bins: int) -> np.ndarray:
     return np.bincount(label, weight, bins).astype(np.float64, copy=False)
 
 
-def _carried(state: MeanState, fs: np.ndarray, fv: np.ndarray, moved: np.ndarray, epochs: _Epochs) -> MeanState:
-    """The state after these points, the open stretch's band sums carried."""
+def _carried(state: MeanState, fs: np.ndarray, fv: np.ndarray, moved: np.ndarray, epochs: _Epochs, **changes: Any) -> MeanState:
+    """The state after these points, the open stretch's band sums carried (and `changes`)."""
     es, en, ls, ln = epochs.sums
-    kept = np.concatenate([state.steps, moved])[-REF_POINTS:]
+    kept = np.concatenate([state.steps, moved])[-REF_POINTS:] if state.period == 0 else state.steps  # once known: none
     return replace(state, seen=state.seen + len(fv), first_step=state.first_step if state.seen else int(fs[0]),
                    last_step=int(fs[-1]), last_value=float(fv[-1]), steps=kept,
-                   since=epochs.since, early_sum=es, early_n=en, late_sum=ls, late_n=ln)
+                   since=epochs.since, early_sum=es, early_n=en, late_sum=ls, late_n=ln, **changes)
 
 
 def _follow(state: MeanState, fs: np.ndarray, fv: np.ndarray, moved: np.ndarray, config: RunningMeanConfig,
@@ -264,7 +271,7 @@ def _follow(state: MeanState, fs: np.ndarray, fv: np.ndarray, moved: np.ndarray,
         if unsettled >= 2:
             ended = state.anchor + ((int(fs[i]) - state.anchor) // state.period) * state.period
             return GIVEN_UP, ended - 3 * state.period
-    return replace(_carried(state, fs, fv, moved, epochs), steps=np.zeros(0), unsettled=unsettled), None
+    return _carried(state, fs, fv, moved, epochs, unsettled=unsettled), None
 
 
 def _worked_back(state: MeanState, step: np.ndarray, value: np.ndarray, finite: np.ndarray, fs: np.ndarray,

@@ -122,7 +122,7 @@ def _changed_epochs(seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 CURVES = [(c.steps, c.tags["train/loss"]) for c in (running_mean_curve(7, 150)[0], running_mean_curve(8, 400, every=5)[0])]
-CURVES.append((np.arange(4000), _changed_epochs(5)[1]))
+CURVES += [(np.arange(4000), _changed_epochs(5)[1]), (np.arange(4000), clean_curve(9, points=4000).tags["train/loss"])]
 
 
 def fed_in_pieces(steps: np.ndarray, means: np.ndarray, cuts: list[int]) -> tuple[MeanState, np.ndarray]:
