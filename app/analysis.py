@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -262,8 +262,9 @@ class _RunFeed:
             writes = {tag: _past(w, after.get(tag, -1)) for tag, w in writes.items()}
         self._feed(writes, final=False, ahead=after is not None)
 
-    def _take_all(self, batches: list[Batch], after: dict[str, int]) -> None:
-        """Feed the writes of batches read again past `after`'s step of their tag, at once."""
+    def _take_all(self, batches: Iterable[Batch], after: dict[str, int]) -> None:
+        """Feed the writes of batches read again past `after`'s step of their tag, at once
+        (each batch's points let go once split)."""
         parts: dict[str, list[TagWrites]] = {}
         for batch in batches:
             for tag, w in split_writes(batch.points, batch.segment).items():
@@ -306,7 +307,7 @@ class _RunFeed:
             try:
                 batches = (batch for _, batch in _batches_of(self.source, self.run, index))
                 if at_once:
-                    self._take_all(list(batches), after)
+                    self._take_all(batches, after)
                 else:
                     for batch in batches:
                         self._take(batch, after)
