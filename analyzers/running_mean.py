@@ -15,8 +15,10 @@ fast-recovering info spikes (`bench/trained/runs/charlm_epoch_mean_*`).
 difference from the last epoch's mean.  So:
 
 * a *jump* is a step more than `jump` (6) times the median of the `REF_POINTS` (16) steps
-  before it, at least `BURST_POINTS` (16) points after the last one (the first points of an
-  epoch all move a lot);
+  before it, more than `BURST_POINTS` (32) points after the last one (the first points of an
+  epoch all move a lot, and a stray jump in an epoch's first points cut it short: a
+  synthetic run with 300-step epochs was learned at its fourth reset with 16, its second
+  with 32);
 * an epoch *settles* when the mean of its steps at points 2-9 is at least `settle` (2) times
   that at points 17-32: 4.4 for a running mean (the sum of 1/k over each band), 1 for a loss
   logged as it is, whose steps keep their size;
@@ -56,7 +58,7 @@ from analyzers.findings import Finding
 from analyzers.stream import StreamState
 
 REF_POINTS = 16  # steps a jump is measured against
-BURST_POINTS = 16  # no jump this soon after the last one: an epoch's first points all move a lot
+BURST_POINTS = 32  # no jump this soon after the last one: an epoch's first points all move a lot, and a stray one would cut an epoch short
 EARLY = (2, 9)  # points of an epoch (0: its first) whose steps should be large ...
 LATE = (17, 32)  # ... against these, once the mean has settled
 MIN_EPOCH_POINTS = LATE[1] + 1

@@ -84,7 +84,7 @@ def test_a_loss_logged_as_running_means_is_analysed_again_once_its_epochs_show(s
     """Scanned as it grows, 100 steps a scan: its epoch starts read as spikes until the
     third reset shows the epochs; then the run is analysed again from its start, each
     batch's loss worked back, and those alerts resolve.  It ends where one shot ends."""
-    curve, _ = running_mean_curve(12, 300, spike_at=1500)  # its epochs show at step 1200
+    curve, _ = running_mean_curve(22, 300, spike_at=1500)  # as logged, spikes at 317 and 320; its epochs show at 600
     (tmp_path / "r").mkdir()
     events = tmp_path / "r" / "events.out.tfevents.1"
     write_events(events, [])
