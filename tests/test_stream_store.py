@@ -225,6 +225,33 @@ def test_http_appends_and_a_rollback_feed_only_new_points(store_url, monkeypatch
         store.close()
 
 
+def test_http_posts_of_running_means_end_where_one_shot_ends(store_url):
+    """A loop posting its epoch's running mean 50 steps a post, each analysed at once: the
+    means as logged raise two info spikes (back at once); the post that brings step 600
+    shows the epochs, and the run is analysed again from its start, worked back; the jump
+    in the batches' loss at 1500 fires in the post that brings it and resolves once back."""
+    from tests.service_helpers import service
+
+    curve, _ = running_mean_curve(22, 300, spike_at=1500)
+    loss = curve.tags["train/loss"]
+    with service(store_url, analysis_interval=0.0) as client:
+        changes = []
+        for a in range(0, 3000, 50):
+            body = {"points": [{"step": s, "tag": "train/loss", "value": float(loss[s])} for s in range(a, a + 50)]}
+            out = client.post("/v1/runs/k/points", json=body).json()
+            assert out["analysis"] == "done"
+            changes += [(a, c["change"], c["alert"]["start_step"], c["alert"]["severity"]) for c in out["alerts"]]
+    assert changes == [(300, "firing", 317, "info"), (300, "resolved", 317, "info"), (300, "firing", 320, "info"),
+                       (300, "resolved", 320, "info"), (1500, "firing", 1500, "warning"), (1750, "resolved", 1500, "warning")]
+    store = open_store(store_url)
+    try:
+        run, want, health, stored = batch_view(store, "k")
+        assert [(a["kind"], a["classification"], a["start_step"]) for a in want.values()] == [("loss_spike", "slow_recovering", 1500)]
+        assert {i: stored[i].finding for i in want} == want and run.health == health
+    finally:
+        store.close()
+
+
 def test_other_settings_start_the_analysis_again(store, tmp_path):
     (tmp_path / "r").mkdir()
     events = tmp_path / "r" / "events.out.tfevents.1"
