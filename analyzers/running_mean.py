@@ -35,6 +35,8 @@ at step s has averaged c = s - r + 1 batches, r its epoch's first step; between 
 of one epoch the batches' own mean is (c_b m_b - c_a m_a) / (c_b - c_a), and an epoch's first
 point is its own mean.  Exact for batches of equal weight logged at their step (Keras's
 global batch counter; a meter logged every N batches gives each point the mean of its N).
+A run resumed mid-epoch (a resume the reader found) starts its mean afresh at the step it
+resumed at, as Keras's metrics and a new process's meter do.
 Once known, the whole curve is worked back, from its first point: a stream that learns it
 late asks to be fed again from the start (`feed` says when), as a one-shot analysis works
 back the whole curve.  If two epochs in a row stop settling (the run changed its epoch's
@@ -48,6 +50,7 @@ start holds what it fed: a quarter of a million points bounds it)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -102,13 +105,14 @@ def start() -> MeanState:
 
 
 def feed(state: MeanState, step: np.ndarray, value: np.ndarray, config: RunningMeanConfig = RunningMeanConfig(),
-         ) -> tuple[MeanState, np.ndarray, int | None]:
+         restarts: Sequence[int] = ()) -> tuple[MeanState, np.ndarray, int | None]:
     """The next points of a train loss (sorted by step, after those fed): the state after
     them, the values the detectors should see, and the first step whose value these points
     change from what earlier feeds gave (None: they change none).  The epochs learned, every
     value from the curve's first point is worked back; the curve given up on, every value
     from the epoch before the first that stopped settling is as logged.  A caller that has
-    fed that step feeds the curve again from a state before it."""
+    fed that step feeds the curve again from a state before it.  `restarts`: the steps the
+    run resumed at (sorted), where its logger's mean started afresh, as at an epoch's start."""
     if not config.enabled or state.off or not len(step):
         return state, value, None
     finite = np.isfinite(value)
@@ -118,7 +122,7 @@ def feed(state: MeanState, step: np.ndarray, value: np.ndarray, config: RunningM
     moved = _moves(state, fv)
     if state.period:
         after, off_at = _follow(state, fs, fv, moved, config)
-        return after, _worked_back(state, step, value, finite, fs, fv, off_at), off_at
+        return after, _worked_back(state, step, value, finite, fs, fv, off_at, restarts), off_at
     known, at = _search(state, fs, fv, moved, config)
     if at is None:
         return known, value, None
@@ -126,14 +130,15 @@ def feed(state: MeanState, step: np.ndarray, value: np.ndarray, config: RunningM
     after, off_at = _follow(known, fs[at:], fv[at:], moved[at:], config, fresh=True)
     if not after.off:
         after = replace(after, seen=state.seen + len(fv), first_step=first)
-    return after, _worked_back(known, step, value, finite, fs, fv, off_at), first
+    return after, _worked_back(known, step, value, finite, fs, fv, off_at, restarts), first
 
 
-def worked_back(step: np.ndarray, value: np.ndarray, config: RunningMeanConfig = RunningMeanConfig()) -> tuple[np.ndarray, int]:
+def worked_back(step: np.ndarray, value: np.ndarray, config: RunningMeanConfig = RunningMeanConfig(),
+                restarts: Sequence[int] = ()) -> tuple[np.ndarray, int]:
     """A whole train loss (sorted by step) as the detectors should see it, and its epoch in
     steps (0: taken as logged, at least at its end): what `feed` gives over any split of it,
     each feed made again from where it changed what an earlier one gave."""
-    state, out, _ = feed(start(), step, value, config)
+    state, out, _ = feed(start(), step, value, config, restarts)
     return out, state.period
 
 
@@ -277,18 +282,18 @@ def _follow(state: MeanState, fs: np.ndarray, fv: np.ndarray, moved: np.ndarray,
 
 
 def _worked_back(state: MeanState, step: np.ndarray, value: np.ndarray, finite: np.ndarray, fs: np.ndarray,
-                 fv: np.ndarray, off_at: int | None) -> np.ndarray:
+                 fv: np.ndarray, off_at: int | None, restarts: Sequence[int]) -> np.ndarray:
     """Each finite point's own batches' mean, given the epochs (`state.last_step`/
     `last_value`: the finite point before these, if any); from step `off_at` on, as logged."""
     period, anchor = state.period, state.anchor
-    first = anchor + ((fs - anchor) // period) * period  # each point's epoch's first step
+    first = _first_steps(fs, anchor, period, restarts)  # where each point's mean started
     count = (fs - first + 1).astype(np.float64)  # batches averaged
     prev_count = np.empty_like(count)
     prev_value = np.empty_like(fv)
     prev_count[1:], prev_value[1:] = count[:-1], fv[:-1]
     same = np.empty(len(fs), bool)
     same[1:] = first[1:] == first[:-1]
-    if state.last_step >= 0 and anchor + ((state.last_step - anchor) // period) * period == first[0]:
+    if state.last_step >= 0 and _first_steps(np.array([state.last_step]), anchor, period, restarts)[0] == first[0]:
         same[0], prev_count[0], prev_value[0] = True, state.last_step - first[0] + 1, state.last_value
     else:
         same[0], prev_count[0], prev_value[0] = False, 0.0, 0.0
@@ -300,3 +305,14 @@ def _worked_back(state: MeanState, step: np.ndarray, value: np.ndarray, finite: 
     full = value.copy()
     full[finite] = out
     return full
+
+
+def _first_steps(steps: np.ndarray, anchor: int, period: int, restarts: Sequence[int]) -> np.ndarray:
+    """The step each point's mean started at: its epoch's first, or a resume after it (a run
+    resumed mid-epoch starts its mean afresh there)."""
+    first = anchor + ((steps - anchor) // period) * period
+    if len(restarts):
+        at = np.asarray(restarts, np.int64)
+        latest = np.searchsorted(at, steps, side="right") - 1
+        np.maximum(first, np.where(latest >= 0, at[np.maximum(latest, 0)], first), out=first)
+    return first

@@ -73,7 +73,7 @@ from analyzers.restarts import RestartDetector
 from analyzers.roles import Role, assign_roles
 from analyzers.running_mean import MeanState
 from analyzers.schedule import RestartState, WarmRestartDetector
-from analyzers.series import Resume, RunSeries, Series, TagWrites, current_view, logging_interval, resume_steps
+from analyzers.series import Resume, RunSeries, Series, TagWrites, current_view, logging_interval, restart_steps, resume_steps
 from analyzers.spikes import LossSpikeDetector, SpikeState
 from analyzers.stream import StreamState, field_types, of_states, required
 from analyzers.trend import DivergenceDetector, DivergenceState
@@ -261,9 +261,10 @@ def feed_run(
         for tag in writes:
             if tag not in state.tags:
                 state.tags[tag] = _new_tag(roles[tag], config)
+        resumed = tuple(r.resume for r in state.resumes)
         for tag, (step, value) in views.items():
             if len(step):
-                views[tag] = (step, _as_batches(tag, state.tags[tag], step, value, config))
+                views[tag] = (step, _as_batches(tag, state.tags[tag], step, value, config, resumed))
                 _summarise(state.tags[tag], step, views[tag][1], config)
         closed: list[Finding] = []
         windows = list(_windows(state, views, tail_points))
@@ -278,13 +279,15 @@ def feed_run(
     return state, running_mean.noted(closed, averaged), running_mean.noted(open_, averaged)
 
 
-def _as_batches(tag: str, t: TagState, step: np.ndarray, value: np.ndarray, config: AnalysisConfig) -> np.ndarray:
+def _as_batches(tag: str, t: TagState, step: np.ndarray, value: np.ndarray, config: AnalysisConfig,
+                resumes: tuple[Resume, ...]) -> np.ndarray:
     """A tag's new points as the detectors should see them: a train loss logged as running
-    means worked back to its batches'.  Raises NeedsReplay when these points change the
-    values of steps already fed (the epochs learned: from the curve's start)."""
+    means worked back to its batches' (its mean starts afresh where the run resumed).
+    Raises NeedsReplay when these points change the values of steps already fed (the epochs
+    learned: from the curve's start)."""
     if t.mean is None:
         return value
-    t.mean, out, changed = running_mean.feed(t.mean, step, value, config.running_mean)
+    t.mean, out, changed = running_mean.feed(t.mean, step, value, config.running_mean, restart_steps(resumes, tag))
     if changed is not None and changed <= t.last_step:
         raise NeedsReplay({tag: changed}, at_once=True)
     return out

@@ -107,6 +107,15 @@ def resume_steps(resumes: tuple[Resume, ...], tag: str) -> dict[int, int]:
     return {r.segment: r.to_step for r in resumes if not r.tags or tag in r.tags}
 
 
+def restart_steps(resumes: tuple[Resume, ...], tag: str) -> list[int]:
+    """The steps `tag`'s current view resumes at, sorted: each resume's, but those a later
+    resume to an earlier step took back (the points after them are the later segment's)."""
+    kept: list[int] = []
+    for _, to_step in sorted(resume_steps(resumes, tag).items()):
+        kept = [s for s in kept if s < to_step] + [to_step]
+    return kept
+
+
 def logging_interval(steps: np.ndarray) -> int:
     """The typical gap between logged steps: the median positive difference."""
     gaps = np.diff(steps)
@@ -145,13 +154,14 @@ def prepare_run(
     series = {tag: prepare_series(tag, assigned[tag], w, resume_steps(resumes, tag)) for tag, w in writes.items()}
     for tag, s in series.items():
         if s.role is Role.LOSS:
-            series[tag] = _as_batches(s, running_mean)
+            series[tag] = _as_batches(s, running_mean, restart_steps(resumes, tag))
     return RunSeries(series=series, writes=dict(writes), resumes=tuple(resumes))
 
 
-def _as_batches(s: Series, config: RunningMeanConfig) -> Series:
-    """A train loss as the detectors should see it: worked back if logged as running means."""
-    value, period = worked_back(s.step, s.value, config)
+def _as_batches(s: Series, config: RunningMeanConfig, restarts: list[int]) -> Series:
+    """A train loss as the detectors should see it: worked back if logged as running means
+    (`restarts`: the steps the run resumed at, where its mean starts afresh)."""
+    value, period = worked_back(s.step, s.value, config, restarts)
     if value is s.value:
         return s
     finite = np.isfinite(value)

@@ -299,6 +299,23 @@ def running_mean_curve(seed: int, epoch: int, *, points: int = 3000, noise: floa
     return Curve(f"running-mean-e{epoch}-every{every}", steps, {"train/loss": means, "train/lr": lr}), batches
 
 
+def resumed_mid_epoch(seed: int) -> tuple[dict[str, TagWrites], tuple[Resume, ...], np.ndarray]:
+    """Running means of 200-step epochs, the run killed at step 1129 and resumed from its
+    checkpoint at 1100, mid-epoch: the resumed process's mean starts afresh at 1100 (and
+    resets at 1200 as before).  The writes as a logdir holds them, the resume, and the
+    batches of the current view."""
+    rng = np.random.default_rng(seed)
+    batches = 2.0 * (1 + 0.03 * rng.standard_normal(3000))
+    steps, means = epoch_means(batches, 200)
+    old = steps < 1130
+    again = steps >= 1100
+    means_again = means.copy()
+    means_again[(steps >= 1100) & (steps < 1200)] = np.cumsum(batches[1100:1200]) / np.arange(1, 101)
+    writes = {"train/loss": TagWrites(np.concatenate([steps[old], steps[again]]), np.concatenate([means[old], means_again[again]]),
+                                      np.concatenate([np.zeros(old.sum(), np.int32), np.ones(again.sum(), np.int32)]))}
+    return writes, (Resume(1129, 1100, 1),), batches
+
+
 def chance_curve(seed: int, classes: int, points: int = 2000, interval: int = 1) -> Curve:
     """A model that never learns: its train loss at ln K with minibatch noise, its eval loss
     at ln K to four digits, the LR on a normal schedule."""

@@ -17,7 +17,7 @@ from analyzers.series import Resume, TagWrites, prepare_run
 from app.analysis import tag_writes
 from app.ingest.sources import read_path
 from tests.conftest import REPO
-from tests.curves import clean_curve, labelled_corpus, plant_spike, plant_stalled_lr, running_mean_curve
+from tests.curves import clean_curve, labelled_corpus, plant_spike, plant_stalled_lr, resumed_mid_epoch, running_mean_curve
 
 SAMPLES = {
     name: (tag_writes(run), tuple(Resume(r.from_step, r.to_step, r.segment, r.wall_time, r.tags) for r in run.rollbacks))
@@ -159,6 +159,14 @@ def test_any_split_of_a_loss_logged_as_running_means_finds_what_one_shot_finds(i
     writes = curve.writes()
     state, found, open_ = stream(writes, (), shares)
     assert (_norm(found), run_health(state, open_).to_dict()) == _batch(writes, ())
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cuts)
+def test_any_split_of_running_means_resumed_mid_epoch_finds_what_one_shot_finds(shares):
+    writes, resumes, _ = resumed_mid_epoch(4)
+    state, found, open_ = stream(writes, resumes, shares)
+    assert (_norm(found), run_health(state, open_).to_dict()) == _batch(writes, resumes)
 
 
 def test_one_point_appends_find_what_one_shot_finds():

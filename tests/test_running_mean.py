@@ -17,7 +17,7 @@ from analyzers.running_mean import MeanState, RunningMeanConfig, feed, worked_ba
 from analyzers.series import prepare_run
 from app.analysis import analyze, tag_writes
 from app.ingest.sources import read_path
-from tests.curves import clean_curve, epoch_means, labelled_corpus, running_mean_curve
+from tests.curves import clean_curve, epoch_means, labelled_corpus, resumed_mid_epoch, running_mean_curve
 from tests.test_run_stream import REPO, SAMPLES
 
 TRAINED = REPO / "bench" / "trained" / "runs"
@@ -168,3 +168,12 @@ def test_a_clean_run_logged_as_running_means_has_no_alert():
     assert analyze(str(TRAINED), read_path(str(TRAINED / name)).runs[name]) == []
     assert analyze(str(TRAINED), read_path(str(TRAINED / name)).runs[name],
                    AnalysisConfig(running_mean=RunningMeanConfig(enabled=False))) != []  # as logged: epoch starts spike
+
+
+def test_a_run_resumed_mid_epoch_starts_its_mean_afresh_there():
+    writes, resumes, batches = resumed_mid_epoch(3)
+    s = prepare_run(writes, resumes).series["train/loss"]
+    assert s.averaged == 200
+    np.testing.assert_allclose(s.value, batches, rtol=1e-9)
+    unaware = prepare_run(writes, ()).series["train/loss"]  # the resume not known: one segment's writes, the later won
+    assert np.abs(unaware.value - batches).max() > 1.0  # its mean's restart worked back as a jump times the batches averaged
