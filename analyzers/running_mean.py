@@ -276,7 +276,7 @@ def _follow(state: MeanState, fs: np.ndarray, fv: np.ndarray, moved: np.ndarray,
             continue
         unsettled = 0 if settled else unsettled + 1
         if unsettled >= 2:
-            ended = state.anchor + ((int(fs[i]) - state.anchor) // state.period) * state.period
+            ended = int(_first_steps(fs[i : i + 1], state.anchor, state.period, ())[0])  # the second one's end
             return GIVEN_UP, ended - 3 * state.period
     return _carried(state, fs, fv, moved, epochs, unsettled=unsettled), None
 

@@ -39,8 +39,7 @@ from analyzers.baseline import BaselineConfig, trailing_baseline
 from analyzers.config import AnalysisConfig
 from analyzers.findings import Finding, Kind, Severity, SpikeClass
 from analyzers.roles import Role
-from analyzers.running_mean import RunningMeanConfig
-from analyzers.series import Resume, RunSeries, Series, prepare_run
+from analyzers.series import Resume, RunSeries, Series, prepare_run, prepare_series, resume_steps
 from app import analysis
 from app.axis import wants_log
 from app.downsample import minmax_indices
@@ -139,7 +138,8 @@ def draw_run(source: str, run: Run, tag: str | None = None, config: AnalysisConf
     """The figure of one run: `tag` (default: its first loss tag) on top, the grad norm,
     learning rate and loss scale below where logged, every alert marked."""
     resumes = tuple(Resume(r.from_step, r.to_step, r.segment, r.wall_time, r.tags) for r in run.rollbacks)
-    prepared = prepare_run(analysis.tag_writes(run), resumes, config.roles, running_mean=config.running_mean)
+    writes = analysis.tag_writes(run)
+    prepared = prepare_run(writes, resumes, config.roles, running_mean=config.running_mean)
     loss = _loss_series(run.name, prepared, tag)
     findings = [alert.finding for alert in analysis.analyze(source, run, config)]
     shown = [loss] + [s for role in LOWER_PANELS for s in prepared.with_role(role)[:1] if s is not loss]
@@ -150,9 +150,8 @@ def draw_run(source: str, run: Run, tag: str | None = None, config: AnalysisConf
     for panel in panels:
         _draw_series(panel, "loss" if panel.series is loss else panel.series.role.value)
     _draw_baseline(axes[0], loss, config.spikes.baseline)
-    if loss.averaged:
-        _draw_logged(axes[0], prepare_run({loss.tag: analysis.tag_writes(run)[loss.tag]}, resumes, {loss.tag: Role.LOSS},
-                                          running_mean=RunningMeanConfig(enabled=False)).series[loss.tag])
+    if loss.averaged:  # the loss as logged: its current view, not worked back
+        _draw_logged(axes[0], prepare_series(loss.tag, loss.role, writes[loss.tag], resume_steps(resumes, loss.tag)))
     if loss.role is not Role.EVAL_LOSS:
         for evaluation in prepared.with_role(Role.EVAL_LOSS):
             _draw_eval(axes[0], evaluation)
