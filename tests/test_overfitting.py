@@ -95,6 +95,39 @@ def test_an_eval_loss_that_diverges_with_its_train_loss_is_a_divergence():
     assert [f.tag for f in found(findings, Kind.DIVERGENCE) if f.tag == "train/loss"] == ["train/loss"]
 
 
+def jumped_and_stayed(after: list[float]):
+    """A word-LM's twelve epochs (an evaluation every 3,000 steps, loss every 200): the
+    validation loss bottoms at epoch 3, then `after`; the train loss jumps by 1.2 nats with it."""
+    evals = np.arange(1, 13) * 3000
+    val = [5.6, 5.5, 5.33, *after]
+    steps = np.arange(200, 36_001, 200)
+    noise = 1 + 0.01 * np.random.default_rng(3).standard_normal(len(steps))
+    train = np.where(steps < 10_000, 5.2 + 3 * np.exp(-steps / 1500), 6.4) * noise
+    return run({"train/loss": (steps, train), "val/loss": (evals, val)})
+
+
+def test_an_eval_loss_that_jumped_and_stays_up_while_drifting_down_is_a_divergence():
+    # Each evaluation is the lowest of the last three, so the loss is "coming back down", but
+    # at 0.3% an epoch from +13%: past 10% and not half way back, it is risen.
+    after = [6.2, 6.1, 6.05, 6.03, 6.0, 5.99, 5.98, 5.97, 5.96]
+    findings = analyze_run(jumped_and_stayed(after))
+    [f] = [f for f in found(findings, Kind.DIVERGENCE) if f.tag == "val/loss"]
+    assert (f.start_step, f.severity, f.peak_value) == (9000, Severity.CRITICAL, 6.2)
+    assert f.message.startswith("val/loss has risen for 9 evaluations since its best at step 9000: 5.33 -> 5.96 (+11.8%), and train/loss rose with it")
+    # live, it is told at the third evaluation above the best, under 10 evaluations in
+    first = next(k for k in range(4, 13) if found(analyze_run(jumped_and_stayed(after[: k - 3])), Kind.DIVERGENCE))
+    assert first == 6
+
+
+@pytest.mark.parametrize("after", [
+    [5.65, 5.6, 5.57, 5.55, 5.54, 5.53, 5.52, 5.51, 5.5],  # +6%, drifting down: inside an evaluation's noise
+    [6.2, 6.1, 5.7, 5.5, 5.45, 5.4, 5.38, 5.36, 5.34],  # +16%, then more than half way back: coming back
+])
+def test_a_rise_under_ten_percent_or_half_way_back_is_coming_back_down(after):
+    findings = analyze_run(jumped_and_stayed(after))
+    assert [f.message for f in findings if f.tag == "val/loss" and f.kind in (Kind.DIVERGENCE, Kind.OVERFITTING)] == []
+
+
 def test_an_eval_loss_that_rose_before_it_ever_improved_is_a_divergence():
     steps = np.arange(1, 120)
     val = np.where(steps < 8, 4.12, 4.12 * (1 + 0.4 * np.minimum(1, (steps - 8) / 34)))
