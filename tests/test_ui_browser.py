@@ -12,8 +12,10 @@ import pytest
 
 from analyzers.baseline import trailing_baseline
 from analyzers.config import AnalysisConfig
+from analyzers.running_mean import worked_back
 from app.store import tokens
 from app.store.db import open_store
+from tests.curves import running_mean_curve
 from tests.service_helpers import server_process, wait_for
 from tests.test_ui import SAMPLES, browser, watched_page  # noqa: F401 (browser is a fixture)
 
@@ -346,6 +348,7 @@ def test_the_loss_chart_draws_the_detectors_baseline_and_noise_band(samples_serv
     expected = trailing_baseline(values, AnalysisConfig().spikes.baseline)
     body = httpx.get(samples_server + "/v1/runs/bad_batch/baseline", params={"tag": "train/loss", "max_points": 100_000}).json()
     assert body["sigmas"] == 3.0 and len(body["points"]) == len(values) == 3000
+    assert (body["averaged"], body["losses"]) == (0, [])  # logged as it is
     level = np.array([np.nan if p[1] is None else p[1] for p in body["points"]])
     sigma = np.array([np.nan if p[2] is None else p[2] for p in body["points"]])
     np.testing.assert_allclose(level, expected.level, equal_nan=True)
@@ -363,3 +366,28 @@ def test_the_loss_chart_draws_the_detectors_baseline_and_noise_band(samples_serv
     page.locator(".chart-box:has(.chart[data-tag='train/loss']) button.band-toggle").click()
     page.wait_for_selector(".chart[data-tag='train/loss'][data-band=off]")
     assert errors == []
+
+
+def test_a_loss_logged_as_running_means_is_drawn_worked_back_over_the_means_as_logged(tmp_path, browser):  # noqa: F811
+    curve, _ = running_mean_curve(4, 200, points=2000, spike_at=1100)
+    steps, means = curve.steps, curve.tags["train/loss"]
+    with server_process(f"sqlite:///{tmp_path / 'ui.db'}") as (base, _):
+        for at in range(0, len(steps), 500):
+            points = [{"step": int(s), "tag": "train/loss", "value": float(v)} for s, v in zip(steps[at : at + 500], means[at : at + 500])]
+            assert httpx.post(f"{base}/v1/runs/keras/points", json={"points": points}).status_code == 200
+        body = httpx.get(f"{base}/v1/runs/keras/baseline", params={"tag": "train/loss", "max_points": 100_000}).json()
+        batches, period = worked_back(steps, means)
+        assert body["averaged"] == period == 200
+        np.testing.assert_allclose([v for _, v in body["losses"]], batches)
+        expected = trailing_baseline(batches, AnalysisConfig().spikes.baseline)  # the band the detectors measure against
+        np.testing.assert_allclose([np.nan if p[1] is None else p[1] for p in body["points"]], expected.level, equal_nan=True)
+        errors = []
+        page = opened(browser, base + "/run?name=keras", errors)
+        loss = page.locator(".chart[data-tag='train/loss']")
+        assert loss.locator(".u-legend .u-series .u-label").all_inner_texts() == [
+            "step", "train/loss (logged: running mean of 200-step epochs)", "train/loss"]
+        over = loss.locator(".u-over").bounding_box()
+        page.mouse.move(over["x"] + over["width"] * 0.55, over["y"] + over["height"] / 2)
+        logged, batch = (float(v) for v in loss.locator(".u-legend .u-value").all_inner_texts()[1:3])
+        assert logged != batch  # two curves, not one drawn twice
+        assert errors == []

@@ -1,12 +1,21 @@
 """The spike detector's baseline and noise band of one tag, for the web UI's loss chart: the
 same trailing median and sigma `losswatch plot` draws (`analyzers.baseline`), computed over
-the whole current view (a trailing median needs every earlier point), then thinned."""
+the whole current view (a trailing median needs every earlier point), then thinned.  On a
+train loss logged as its epoch's running mean they are those of the curve the detectors
+see, each batch's loss worked back (`analyzers.running_mean`), and that curve comes with
+them: a band around the logged staircase would say nothing about the alerts."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
 from analyzers.baseline import BaselineConfig, trailing_baseline
+from analyzers.config import AnalysisConfig
+from analyzers.roles import Role, assign_roles
+from analyzers.running_mean import worked_back
+from app.downsample import minmax_indices
 
 BAND_SIGMAS = 3.0  # the band is baseline +/- 3 sigma, as in the PNG
 
@@ -31,3 +40,27 @@ def band_points(
     level, sigma = base.level[keep], base.sigma[keep]
     return [(int(s), float(b) if np.isfinite(b) else None, float(g) if np.isfinite(g) else None)
             for s, b, g in zip(steps[keep], level, sigma)]
+
+
+def as_detected(
+    run: str, tag: str, steps: np.ndarray, values: np.ndarray, config: AnalysisConfig, restarts: Sequence[int],
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """The tag's current view sorted by step, as the detectors see it, and the epoch in steps
+    when that is worked back from running means (0: as logged).  `config`: the run's own."""
+    order = np.argsort(steps, kind="stable")
+    steps, values = steps[order], values[order]
+    if assign_roles([tag], config.roles, run)[tag] is not Role.LOSS:
+        return steps, values, 0
+    batches, period = worked_back(steps, values, config.running_mean, restarts)
+    return steps, batches, period
+
+
+def drawn(steps: np.ndarray, values: np.ndarray, start: int | None, end: int | None, max_points: int) -> list[tuple[int, float]]:
+    """[step, value] of the finite points between `start` and `end`, at most `max_points`
+    of them, each stretch keeping its lowest and highest (a spike survives)."""
+    keep = np.isfinite(values) & (steps >= (-np.inf if start is None else start)) & (steps <= (np.inf if end is None else end))
+    steps, values = steps[keep], values[keep]
+    if not len(steps):
+        return []
+    shown = minmax_indices(steps, values, max_points)
+    return [(int(s), float(v)) for s, v in zip(steps[shown], values[shown])]

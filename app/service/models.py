@@ -127,8 +127,14 @@ class BaselineResponse(BaseModel):
     sigmas: float = Field(description="the noise band is baseline +/- this many sigmas")
     points: list[tuple[int, float | None, float | None]] = Field(
         description="[step, baseline, sigma] at an even stride of the finite points; null before enough earlier points")
+    averaged: int = Field(0, description=(
+        "a train loss logged as its epoch's running mean: the epoch in steps; the band is then that of each "
+        "batch's loss, worked back, as the detectors see it (0: the tag as logged)"))
+    losses: list[tuple[int, float]] = Field(default_factory=list, description=(
+        "when `averaged`, [step, value] of each batch's loss worked back, downsampled as a series is; else empty"))
     model_config = ConfigDict(json_schema_extra={"example": {
         "run": "gpt-small", "tag": "train/loss", "sigmas": 3.0, "points": [[0, None, None], [1500, 0.91, 0.06]],
+        "averaged": 0, "losses": [],
     }})
 
 

@@ -9,13 +9,13 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from analyzers.config import AnalysisConfig
 from analyzers.roles import infer_role
-from analyzers.series import resume_steps
+from analyzers.series import restart_steps, resume_steps
 from app import liveness
 from app.axis import wants_log
 from app.ingest.points import json_number
 from app.ingest.textlogs import MAX_NAME, MAX_STEP
 from app.service.auth import READ
-from app.service.baseline_band import BAND_SIGMAS, band_points
+from app.service.baseline_band import BAND_SIGMAS, as_detected, band_points, drawn
 from app.service.errors import ApiError
 from app.service.limits import HEAVY_SERIES_WRITES
 from app.service.models import AlertView, BaselineResponse, Error, RunDetail, RunSummary, SeriesResponse
@@ -94,12 +94,15 @@ def baseline(
     with request.app.state.heavy.claim() as claim, store_of(request).read() as conn:
         found = one_run(conn, run, source)
         spans = _tag_spans(conn, claim, found.id, run, tag, None, None)
-        resume_to = resume_steps(stored_runs.load_resumes(conn, found.id), tag)
-        chunks = list(stored_runs.current_points(conn, spans, None, None, resume_to))
+        resumes = stored_runs.load_resumes(conn, found.id)
+        chunks = list(stored_runs.current_points(conn, spans, None, None, resume_steps(resumes, tag)))
     steps = np.concatenate([c[0] for c in chunks]) if chunks else np.zeros(0, np.int64)
     values = np.concatenate([c[1] for c in chunks]) if chunks else np.zeros(0)
-    points = band_points(steps, np.asarray(values, dtype=float), settings_of(request).analysis.spikes.baseline, start, end, max_points)
-    return BaselineResponse(run=run, tag=tag, sigmas=BAND_SIGMAS, points=points)
+    config = settings_of(request).analysis.for_run(found.source, found.name)
+    steps, values, averaged = as_detected(found.name, tag, steps, np.asarray(values, dtype=float), config, restart_steps(resumes, tag))
+    points = band_points(steps, values, config.spikes.baseline, start, end, max_points)
+    losses = drawn(steps, values, start, end, max_points) if averaged else []
+    return BaselineResponse(run=run, tag=tag, sigmas=BAND_SIGMAS, points=points, averaged=averaged, losses=losses)
 
 
 @router.get("/{run:path}/alerts", response_model=list[AlertView], responses=_NOT_FOUND, summary="A run's alerts, every state")

@@ -142,9 +142,19 @@
     // drawn twice: faint as logged, and its moving average.
     const tables = [], series = [{ label: XNAMES[xMode()], value: (u, v) => xValue(v) }];
     const value = (u, v) => kit.fmt(v);
+    const positive = (vs) => (chart.log ? vs.map((v) => (v !== null && v > 0 ? v : null)) : vs);
     chart.lines.forEach((line, i) => {
-      const s = chart.view[i], xs = s.steps.map(toX);
-      const values = chart.log ? s.values.map((v) => (v !== null && v > 0 ? v : null)) : s.values;
+      const s = chart.view[i];
+      let xs = s.steps.map(toX), values = positive(s.values);
+      const averaged = i === 0 && chart.band ? chart.band.averaged : 0;
+      if (averaged) {
+        // a train loss logged as its epoch's running mean: drawn grey as logged, and each
+        // batch's loss worked back (what the alerts speak of) as the tag's line
+        tables.push([xs, values]);
+        series.push({ label: line.label + " (logged: running mean of " + averaged + "-step epochs)", stroke: "#999", width: 1, spanGaps: false, value: value, class: "logged-mean" });
+        xs = chart.band.losses.map((p) => toX(p[0]));
+        values = positive(chart.band.losses.map((p) => p[1]));
+      }
       if (line.marker) {
         tables.push([xs, values]);
         series.push({ label: line.label, stroke: line.color, width: 1, spanGaps: true, points: { show: true, size: 6, fill: line.color }, value: value });
@@ -308,7 +318,7 @@
     if (line.source) query.source = line.source;
     if (zoom) { query.start = String(Math.floor(zoom.min)); query.end = String(Math.ceil(zoom.max)); }
     const body = await fetchJson("/v1/runs/" + encodeURIComponent(line.run) + "/baseline?" + new URLSearchParams(query), "baseline " + line.tag);
-    return { sigmas: body.sigmas, points: body.points.filter((p) => p[1] !== null && p[2] !== null) };
+    return { sigmas: body.sigmas, points: body.points.filter((p) => p[1] !== null && p[2] !== null), averaged: body.averaged, losses: body.losses };
   }
 
   function drawBaseline(u, chart) {
