@@ -60,6 +60,7 @@ class Plan:
     eval_every: int | None = None
     restart_every: int | None = None  # SGDR: the cosine restarts from the peak every this many steps after warmup
     epoch_steps: int | None = None  # Keras's logging: the loss logged is the mean of the epoch's batches so far
+    log_every: int | None = None  # HF Trainer's logging_steps: the mean loss of the batches since the last log
 
 
 class CharLM(nn.Module):
@@ -120,6 +121,7 @@ def train(plan: Plan) -> None:
     checkpoints: dict[int, dict] = {}
     schedule_origin, wall, step = 0, 1.7e9, 0
     epoch_losses: list[float] = []
+    since_log: list[float] = []
     while step < plan.steps:
         if step % 500 == 0:
             checkpoints[step] = copy.deepcopy({"model": model.state_dict(), "opt": opt.state_dict(),
@@ -150,11 +152,14 @@ def train(plan: Plan) -> None:
                 epoch_losses = []
             epoch_losses.append(logged)
             logged = sum(epoch_losses) / len(epoch_losses)
-        writer.add_scalar("train/loss", logged, step, walltime=wall)
-        writer.add_scalar("train/grad_norm", grad_norm.item(), step, walltime=wall)
-        writer.add_scalar("train/lr", lr, step, walltime=wall)
-        if scaler:
-            writer.add_scalar("train/loss_scale", scaler.get_scale(), step, walltime=wall)
+        since_log.append(logged)
+        if not plan.log_every or (step + 1) % plan.log_every == 0:  # the step's grad norm and LR, as HF logs them
+            writer.add_scalar("train/loss", sum(since_log) / len(since_log), step, walltime=wall)
+            writer.add_scalar("train/grad_norm", grad_norm.item(), step, walltime=wall)
+            writer.add_scalar("train/lr", lr, step, walltime=wall)
+            if scaler:
+                writer.add_scalar("train/loss_scale", scaler.get_scale(), step, walltime=wall)
+            since_log = []
         if (plan.eval_every or plan.epoch_steps) and (step + 1) % (plan.eval_every or plan.epoch_steps) == 0:
             writer.add_scalar("eval/loss", evaluate(model, eval_text, vocab), step, walltime=wall)
         if step == plan.crash_after:
@@ -284,6 +289,26 @@ PLANS = [
          "twice the peak LR (6e-3), no gradient clipping.", seed=72, epoch_steps=150, peak_lr=6e-3, clip=None),
     Plan("charlm_epoch_mean_lr_jump", "Logged as Keras logs per batch (running mean of 250-step epochs); from step "
          "1100 the LR is 10x (a schedule edit).", seed=73, epoch_steps=250, lr_factor=lambda s: 10.0 if s >= 1100 else 1.0),
+    # A sixth batch (2026-12-04): the loss logged as HF Trainer and PyTorch's word_language_model example log it,
+    # the mean of the batches since the last log every 10-20 steps (coarse logs, where the public held-out
+    # logs' misses lie), 3,000 steps; and twins of the two SGDR runs held out.
+    Plan("charlm_interval_clean", "Clean run, the loss logged every 20 steps as the mean since the last log, "
+         "evaluated every 200 steps.", seed=81, steps=3000, log_every=20, eval_every=200),
+    Plan("charlm_interval_bad_batch", "Corrupted batches at steps 1500-1502, no gradient clipping; the loss logged "
+         "every 20 steps as the mean since the last log.", seed=82, steps=3000, log_every=20, clip=None,
+         corrupt=garbage({1500, 1501, 1502})),
+    Plan("charlm_interval_lr_jump", "LR x10 from step 1600 to the end; the loss logged every 20 steps as the mean "
+         "since the last log, evaluated every 200 steps.", seed=83, steps=3000, log_every=20, eval_every=200,
+         lr_factor=lambda s: 10.0 if s >= 1600 else 1.0),
+    Plan("charlm_interval_diverge", "No gradient clipping; from step 1400 the LR is 300x (a units bug); the loss "
+         "logged every 20 steps as the mean since the last log, evaluated every 200 steps.", seed=84, steps=3000,
+         log_every=20, eval_every=200, clip=None, lr_factor=lambda s: 300.0 if s >= 1400 else 1.0),
+    Plan("charlm_interval_burst", "LR x20 for steps 1800-1829; the loss logged every 10 steps as the mean since "
+         "the last log.", seed=85, steps=3000, log_every=10, lr_factor=window(1800, 1830, 20.0)),
+    Plan("charlm_sgdr_lr_jump_c", "SGDR restarting every 400 steps; from step 1150 the LR is 8x (a schedule "
+         "edit).", seed=86, restart_every=400, lr_factor=lambda s: 8.0 if s >= 1150 else 1.0),
+    Plan("charlm_sgdr_hot_c", "Clean run on SGDR at twice the peak LR (6e-3), restarting every 350 steps, no "
+         "gradient clipping.", seed=87, peak_lr=6e-3, restart_every=350, clip=None),
 ]
 
 
