@@ -52,7 +52,7 @@ def _analyze(run: RunSeries, config: AnalysisConfig) -> list[Finding]:
     trends = _trends(run, config, spikes, explosions, lr_restarts)
     spikes = [s for s in spikes if not overfitting_tells(s, trends)]
     now = {s.tag: int(s.step[-1]) for s in losses if len(s.step)}
-    reported = [s for s in spikes if not after_warm_restart(s, lr_restarts, config.schedule.follow_points, now[s.tag])]
+    reported = [s for s in spikes if not after_warm_restart(s, lr_restarts, config.schedule, now[s.tag])]
     nonfinite = NonFiniteDetector(config.nonfinite).detect(run)
     loss_tags, grad_tags = {s.tag for s in losses}, {s.tag for s in run.with_role(Role.GRAD_NORM)}
     findings = (

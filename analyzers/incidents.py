@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from analyzers.findings import Finding, Kind, Severity, SpikeClass
+from analyzers.schedule import ScheduleConfig
 
 
 def join_explosions(explosions: list[Finding], spikes: list[Finding], lead: int) -> tuple[list[Finding], list[Finding]]:
@@ -100,11 +101,11 @@ def overfitting_tells(spike: Finding, trends: list[Finding]) -> bool:
     )
 
 
-def after_warm_restart(spike: Finding, restarts: list[tuple[int, int | None, int]], follow_points: int, now: int) -> bool:
+def after_warm_restart(spike: Finding, restarts: list[tuple[int, int | None, int]], config: ScheduleConfig, now: int) -> bool:
     """A loss spike that starts within a warm restart of the LR schedule (`restarts`: the
     (start, end, cycle) steps of those found on the LR tags by `analyzers.schedule`; end
-    None while the LR still rises) or the first `follow_points` of its logged points after
-    it: the loss rising with its LR, as the trainer's schedule meant.  Unless the loss did
+    None while the LR still rises) or the first `follow_points` of its logged points or
+    `follow_steps` steps after it: the loss rising with its LR, as the trainer's schedule meant.  Unless the loss did
     not come back (divergent) one cycle (the schedule's last, from its restart or peak to
     this restart) after the onset, at the tag's last step `now`: with 10,000-step cycles a
     loss stays up longer than the slow horizon, and only a loss still up when the schedule
@@ -112,7 +113,7 @@ def after_warm_restart(spike: Finding, restarts: list[tuple[int, int | None, int
     cut anywhere decides it alike."""
     if spike.kind is not Kind.LOSS_SPIKE:
         return False
-    after = follow_points * int(spike.evidence.get("interval", 1))
+    after = max(config.follow_points * int(spike.evidence.get("interval", 1)), config.follow_steps)
     caused = [cycle for start, end, cycle in restarts if start <= spike.start_step <= (end if end is not None else spike.start_step) + after]
     if not caused:
         return False

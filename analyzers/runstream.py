@@ -679,7 +679,7 @@ def _cross(state: RunState, config: AnalysisConfig) -> list[Finding]:
     lr_restarts = state.past_restarts + [(f.start_step, f.end_step, f.evidence["cycle"]) for _, f in _group(state, "warm_restart")]
     trends = _trends(state, config, series, by_role, spikes, explosions, lr_restarts)
     spikes = [s for s in spikes if not overfitting_tells(s, trends)]
-    reported = [s for s in spikes if not after_warm_restart(s, lr_restarts, config.schedule.follow_points, tags[s.tag].last_step)]
+    reported = [s for s in spikes if not after_warm_restart(s, lr_restarts, config.schedule, tags[s.tag].last_step)]
     fp16 = bool(by_role[Role.LOSS_SCALE])
     nonfinite = []
     for tag, f in _group(state, "nonfinite"):

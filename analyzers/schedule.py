@@ -16,8 +16,9 @@ before it.  An LR that goes past its peak (a bug that multiplied it, `charlm_lr_
 and the other LR jumps of bench/labels) is no restart: the spike it causes is news.  Nor is
 the first warm-up, which climbs to new highs.
 
-A loss spike whose onset falls within the restart or the first `follow_points` (5) of its
-own logged points after it is the restart's doing and is not reported, unless it is still
+A loss spike whose onset falls within the restart, the first `follow_points` (5) of its
+own logged points after it or the first `follow_steps` (25) steps is the restart's doing
+and is not reported, unless it is still
 divergent a whole cycle after its onset (`incidents.after_warm_restart`): a loss the
 schedule has had its cycle to bring down and did not is news.  A restart's cycle is the
 steps from where the cycle it ends began (the previous restart, or the LR's last new high:
@@ -25,7 +26,9 @@ the end of the first warm-up) to it.  With 10,000-step cycles the loss stays up 
 than the spike detector's 1,000-step slow horizon, and each restart was shown live as a
 critical divergent spike until the loss came down.  Over 150 such runs (30 seeds of 5
 shapes) the loss's onsets fell 0-5 points after the LR's jump, as a spike's rise takes up
-to `rise_points` (5).
+to `rise_points` (5).  A real run answers more slowly: the char-LM at twice the LR without
+clipping (`charlm_sgdr_hot_c`, bench/labels trained tuning) climbs over 10-20 steps after
+each restart, and its onsets fell 6-8 steps after three of them, each a warning.
 
 An eval loss rises with the train loss after each restart and comes down as the LR
 anneals: evaluated every 20 steps over 1,000-step cycles, each restart was a divergence
@@ -53,7 +56,8 @@ from analyzers.stream import StreamState, detect_at_once, finite_points
 class ScheduleConfig:
     restart_ratio: float = 2.0  # a restart takes the LR to at least 2x ...
     restart_points: int = 4  # ... the lowest of its 4 values before, never past its peak so far
-    follow_points: int = 5  # a loss spike within 5 of its points after a restart is the restart's doing (its rise_points)
+    follow_points: int = 5  # a loss spike within 5 of its points after a restart is the restart's doing (its rise_points) ...
+    follow_steps: int = 25  # ... or within 25 steps of it: the loss answers an LR jump over tens of optimizer steps
 
 
 @dataclass(frozen=True)

@@ -496,6 +496,8 @@ class LossSpikeDetector:
         interval = max(1, int((gaps[(len(gaps) - 1) // 2] + gaps[len(gaps) // 2]) / 2)) if len(gaps) else 1
         age = int(s[i]) - (first_step if first_step is not None else int(s[i]))
         level, sigma = float(base.level[i]), float(base.sigma[i])
+        if base.following[i] < level:  # down a falling curve, the sigma the one-point rule measured it in
+            sigma = min(sigma, c.local_margin * float(base.local_sigma[i]))
         width = max(1, min(c.recovery_window, c.recovery_window // interval))
         # the noise of a median of `width` points is sigma * sqrt(pi / 2 / width)
         spread = c.recovery_z * sigma * np.sqrt(np.pi / 2 / width)

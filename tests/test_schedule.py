@@ -103,6 +103,20 @@ def test_a_spike_between_restarts_is_still_found(seed):
     assert [(f.kind, f.start_step, f.classification) for f in found] == [(Kind.LOSS_SPIKE, 3500, SpikeClass.FAST_RECOVERING)]
 
 
+def test_a_loss_that_answers_a_restart_over_ten_steps_raises_nothing():
+    """A real run's loss climbs over 10-20 steps after the LR jumps back (the char-LM at
+    twice the LR without clipping): its spike onsets fell 6-8 points after the restart,
+    past the 5 points of a spike's own rise."""
+    curve = restart_curve(0, period=500, points=3000)
+    t, into = curve.steps, curve.steps % 500
+    answer = np.where(into >= 6, 0.3 * np.minimum(1, (into - 6) / 4) * np.exp(-(into - 10).clip(0) / 60), 0.0)
+    noise = 1 + 0.01 * np.random.default_rng(0).standard_normal(len(t))
+    curve.tags["train/loss"] = loss = (2 + 4 * np.exp(-t / 800)) * (1 + answer) * noise
+    assert curve.findings() == []
+    loss[1260:1263] *= 3  # a bad batch 260 steps after a restart is still news
+    assert [(f.kind, f.start_step) for f in curve.findings()] == [(Kind.LOSS_SPIKE, 1260)]
+
+
 def test_a_loss_that_does_not_come_back_from_a_restart_is_still_told():
     """The restart at step 3000 sends the loss up 50% for good: divergent, reported."""
     curve = restart_curve(0, period=1000)

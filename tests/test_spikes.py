@@ -336,6 +336,19 @@ def test_a_word_lm_spike_logged_every_200_batches_back_after_30_points_is_slow()
     assert "back only after" in f.message
 
 
+def test_a_jump_down_a_short_falling_coarse_curve_is_one_slow_spike_not_a_chain_of_fast_ones():
+    # HF Trainer's logging_steps=20: 150 interval means, the first 20 falling 4.3 -> 1.6. At
+    # point 80 an LR x10 edit lifts the loss +50%, back over 30 points. The warm-up's fall
+    # still fills the baseline's noise window (sigma 0.2 against a real 0.015); the band
+    # measured in it took each point of the way down for "back": four fast spikes.
+    t = np.arange(150)
+    v = (1.0 + 3.3 * np.exp(-t / 8) + 0.6 * np.exp(-t / 60)) * (1 + 0.01 * np.random.default_rng(5).standard_normal(150))
+    v[80:110] *= np.linspace(1.5, 1.0, 30)
+    f = only(LossSpikeDetector().detect(series(v, interval=20, start=19)))
+    assert (f.start_step, f.classification) == (19 + 80 * 20, SpikeClass.SLOW_RECOVERING)
+    assert 300 <= f.recovery_steps <= 600
+
+
 def test_a_live_divergent_call_is_overturned_when_the_loss_comes_back():
     v = flat(4500)
     v[2000:3500] *= 1.8  # up for 1,500 steps, then back
