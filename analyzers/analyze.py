@@ -84,7 +84,8 @@ def _trends(
         unmoved = [f for f in InitialLevelDetector(p).detect(series) if not warming_up(lr, f)]
         found += merge_plateaus(unmoved + stalled_plateaus(series, causes, p))
     for series in run.with_role(Role.EVAL_LOSS):
-        counterpart = train_counterpart(series.tag, train)
+        twin = train_counterpart(series.tag, {s.tag: len(s.fstep) for s in train})
+        counterpart = next((s for s in train if s.tag == twin), None)
         judged = [judge(r, series, counterpart, config.overfitting) for r in EvalRiseDetector(config.overfitting).detect(series)]
         found += [f for f in judged if not rise_after_warm_restart(f, lr_restarts, int(series.step[-1]))]
         found += [f for f in InitialLevelDetector(p, evaluations=True).detect(series) if not warming_up(lr, f)]

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -311,16 +312,19 @@ def _streak_start(up: np.ndarray, patience: np.ndarray) -> int:
 _EVAL_WORD = re.compile(r"(eval|validation|valid|val|test|dev)", re.IGNORECASE)
 
 
-def train_counterpart(eval_tag: str, losses: list[Series]) -> Series | None:
-    """The train loss an eval loss is compared with: the one named like it (`val/loss` ->
-    `train/loss`, `eval_loss` -> `loss`), else the first."""
-    if not losses:
-        return None
-    by_name = {s.tag: s for s in losses}
+def train_counterpart(eval_tag: str, losses: Mapping[str, int]) -> str | None:
+    """The train loss an eval loss is compared with (`losses`: each train loss's tag and its
+    finite points): the one named like it (`val/loss` -> `train/loss`, `eval_loss` ->
+    `loss`), else the first.  A loss of one point is no curve: HF Trainer's closing
+    `train_loss` (the run's average, at its last step) was taken for `eval_loss`'s twin
+    beside its `loss`, and with no level at the best step to read, a Whisper fine-tune's
+    overfitting (train loss at 0, eval loss +31% from its first evaluation) was called a
+    divergence "before it ever improved"."""
+    curves = sorted(tag for tag, points in losses.items() if points > 1)
     for guess in (_EVAL_WORD.sub("train", eval_tag, count=1), _EVAL_WORD.sub("", eval_tag, count=1).strip("/_- ")):
-        if guess in by_name:
-            return by_name[guess]
-    return sorted(losses, key=lambda s: s.tag)[0]
+        if guess in curves:
+            return guess
+    return curves[0] if curves else None
 
 
 def judge(rise: Finding, eval_series: Series, train: Series | None, config: OverfittingConfig) -> Finding:

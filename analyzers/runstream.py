@@ -542,15 +542,15 @@ def _anchor(state: RunState, config: AnalysisConfig, complete: dict[str, set[str
             want.setdefault(tag, {})[f"from:{start}"] = (start, 0, size)
     rises = _group(state, "eval_rise")
     for tag, best in _best_steps(state, rises):
-        counterpart = train_counterpart(tag, [_Named(t) for t in train])
+        counterpart = train_counterpart(tag, {t: state.tags[t].finite for t in train})
         want.setdefault(tag, {})[f"at:{best}"] = (best, 2, 1)
         if counterpart is not None:
-            want.setdefault(counterpart.tag, {})[f"at:{best}"] = (best, config.overfitting.train_points, 1)
+            want.setdefault(counterpart, {})[f"at:{best}"] = (best, config.overfitting.train_points, 1)
     for tag, peak in {(tag, f.peak_step) for tag, f in rises if f.peak_step is not None}:
-        counterpart = train_counterpart(tag, [_Named(t) for t in train])
+        counterpart = train_counterpart(tag, {t: state.tags[t].finite for t in train})
         want.setdefault(tag, {})[f"at:{peak}"] = (peak, 2, 1)
         if counterpart is not None:
-            want.setdefault(counterpart.tag, {})[f"peak:{peak}"] = (peak, 4 * config.overfitting.train_points, 1)
+            want.setdefault(counterpart, {})[f"peak:{peak}"] = (peak, 4 * config.overfitting.train_points, 1)
     for tag, t in state.tags.items():
         wanted = want.get(tag, {})
         t.anchors = {k: v for k, v in t.anchors.items() if k in wanted}
@@ -581,13 +581,6 @@ def _complete(anchor: tuple[np.ndarray, np.ndarray] | None, wanted: tuple[int, i
         return False
     at, _, fwd = wanted
     return len(anchor[0]) - int(np.searchsorted(anchor[0], at)) >= fwd
-
-
-@dataclass(frozen=True)
-class _Named:
-    """What `train_counterpart` looks at of a series: its tag."""
-
-    tag: str
 
 
 def _cause_starts(state: RunState) -> set[int]:
@@ -721,8 +714,8 @@ def _trends(
     for tag in by_role[Role.EVAL_LOSS]:
         rises = [r for t, r in _group(state, "eval_rise") if t == tag]
         if rises:
-            counterpart = train_counterpart(tag, [series[t] for t in by_role[Role.LOSS]])
-            judged = [judge(r, series[tag], counterpart, config.overfitting) for r in rises]
+            twin = train_counterpart(tag, {t: state.tags[t].finite for t in by_role[Role.LOSS]})
+            judged = [judge(r, series[tag], series[twin] if twin else None, config.overfitting) for r in rises]
             found += [f for f in judged if not rise_after_warm_restart(f, lr_restarts, state.tags[tag].last_step)]
         found += [f for t, f in _group(state, "initial") if t == tag and not _warming_up(series, lr_tags, f)]
     return found

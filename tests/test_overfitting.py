@@ -18,6 +18,7 @@ from app.analysis import analyze
 from app.ingest.sources import read_path
 from tests.conftest import REPO
 from tests.curves import eval_corpus, score
+from tests.test_run_stream import stream
 
 SHARED = REPO.parent / "shared"
 
@@ -126,6 +127,21 @@ def test_an_eval_loss_that_jumped_and_stays_up_while_drifting_down_is_a_divergen
 def test_a_rise_under_ten_percent_or_half_way_back_is_coming_back_down(after):
     findings = analyze_run(jumped_and_stayed(after))
     assert [f.message for f in findings if f.tag == "val/loss" and f.kind in (Kind.DIVERGENCE, Kind.OVERFITTING)] == []
+
+
+def test_hf_trainers_closing_train_loss_of_one_point_is_not_the_eval_losss_twin():
+    # A Whisper fine-tune's trainer_state.json: `loss` every 25 steps falls to ~0, `eval_loss`
+    # every 1,000 rises from its first evaluation, and the closing summary logs `train_loss`
+    # (the run's average) once, at the last step.
+    steps = np.arange(25, 5001, 25)
+    train = 0.3 * np.exp(-steps / 300) + 0.0002
+    evals = np.arange(1000, 5001, 1000)
+    writes = {"loss": (steps, train), "eval_loss": (evals, [0.321, 0.36, 0.394, 0.412, 0.42]), "train_loss": ([5000], [0.04])}
+    [f] = found(analyze_run(run(writes)), Kind.OVERFITTING)
+    assert f.message.startswith("eval_loss has risen for 4 evaluations since its best at step 1000: 0.321 -> 0.42 (+30.8%) while loss fell ")
+    tag_writes = {t: TagWrites(np.asarray(s, np.int64), np.asarray(v, float), np.zeros(len(s), np.int32)) for t, (s, v) in writes.items()}
+    _, streamed, _ = stream(tag_writes, (), [0.3, 0.6, 0.9])
+    assert [x.message for x in found(streamed, Kind.OVERFITTING)] == [f.message]
 
 
 def test_an_eval_loss_that_rose_before_it_ever_improved_is_a_divergence():
