@@ -36,16 +36,7 @@ is left to the NaN/Inf detector; its peak and size are of its finite points.
 An explosion is told once a second point stands over the line and one of them is finite,
 or when it closes: a one-point jump that is back at the next point (a 12x blip of a
 char-LM's fp16 grad norm, `charlm_fp16_lr_jump` at step 1736, with the loss unmoved) is
-informational unless a loss spike follows it (`analyzers.incidents.join_explosions`).  So
-is a short one, of at most `routine_points` (4) points over the line, whose peak is no
-higher than `routine_margin` (1.4) x the peaks of `routine_blips` (2) of the run's last 8
-one-point blips: the run's own.  A classifier fine-tuned to a loss near 0 (public HF
-Trainer logs: a CodeBERT run, a GRPO objective) logs a grad norm of 0.01-0.03 that jumps
-to 1-70 at one point every few dozen, and two such jumps three points apart made a
-warning, where each alone was information.  Peaks, not ratios: the blips of a hard batch
-keep their size while the level falls with the loss (the CodeBERT norm's level went
-3.9 -> 0.03, its blips stayed at 30-70).  The explosion a run has never thrown before is
-still a warning.
+informational unless a loss spike follows it (`analyzers.incidents.join_explosions`).
 
 Stuck.  `stuck_points` (50) identical finite values in a row: a norm that is not measured,
 or steps that are skipped.  Unless the values already repeated by their rounding before the
@@ -69,7 +60,6 @@ from analyzers.findings import Finding, Kind, Severity
 from analyzers.series import Series
 from analyzers.stream import StreamState, detect_at_once, finite_points, points_where, run_lengths
 
-BLIPS = 8  # one-point explosions remembered: the run's own blips
 
 @dataclass(frozen=True)
 class GradNormConfig:
@@ -80,9 +70,6 @@ class GradNormConfig:
     hold_points: int = 200  # longest the level stays frozen in an unstable stretch
     gap_points: int = 3  # this many points below the line end an explosion
     settle_points: int = 8  # an explosion this long that jumps again is a new one
-    routine_points: int = 4  # an explosion this short ...
-    routine_margin: float = 1.4  # ... peaking within 1.4x of the peaks ...
-    routine_blips: int = 2  # ... of 2 of the run's last 8 one-point blips is the run's own
     stuck_points: int = 50  # this many identical values in a row: not really logged ...
     rounding_pairs: int = 128  # ... unless, of the last this many values before the run,
     rounding_share: float = 0.1  # ... this share already equalled the one before them: repeats of rounding
@@ -105,7 +92,6 @@ class Explosion(StreamState):
     overflows: int  # of which +Inf
     length: int  # points from the onset to the last one seen
     below: int  # points under the line since the last one over it
-    routine: bool  # closed short and no higher than the run's own one-point blips
 
 
 @dataclass(frozen=True)
@@ -115,7 +101,6 @@ class ExplosionState(StreamState):
     stretch: int  # points since the stretch opened
     calm_run: int  # points in a row back under `elevated` times the frozen level
     open: Explosion | None
-    blips: np.ndarray  # the peaks of the last `BLIPS` one-point explosions (finite), oldest first
 
 
 @dataclass(frozen=True)
@@ -143,7 +128,7 @@ class GradNormDetector:
 
     def start(self) -> GradNormState:
         return GradNormState(
-            explosions=ExplosionState(tail=np.zeros(0), frozen=None, stretch=0, calm_run=0, open=None, blips=np.zeros(0)),
+            explosions=ExplosionState(tail=np.zeros(0), frozen=None, stretch=0, calm_run=0, open=None),
             stuck=StuckState(value=None, start_step=0, last_step=0, points=0, rounded=False, recent=np.zeros(0, bool)),
         )
 
@@ -177,24 +162,10 @@ class GradNormDetector:
         over = (level > 0) & (x >= c.ratio * level)
         settled = _settled(ext, k, over, c.settle_points)
         current, closed = self._group(state.open, x, t, over, level, trailing, settled)
-        closed, blips = self._routine(closed, state.blips)
         tail = ext[-max(c.window, c.settle_points) :].copy()
         if frozen is None:
             stretch = calm_run = 0
-        return ExplosionState(tail, frozen, stretch, calm_run, current, blips), closed
-
-    def _routine(self, closed: list[Explosion], blips: np.ndarray) -> tuple[list[Explosion], np.ndarray]:
-        """Mark the closed explosions as short as and no higher than the run's own one-point
-        blips before them, and keep the one-point ones' peaks, in order."""
-        c, marked, kept = self.config, [], blips.tolist()
-        for e in closed:
-            if e.peak_value > -math.inf:
-                seen = sum(peak * c.routine_margin >= e.peak_value for peak in kept)
-                e = replace(e, routine=e.points <= c.routine_points and seen >= c.routine_blips)
-                if e.points == 1:
-                    kept = [*kept, e.peak_value][-BLIPS:]
-            marked.append(e)
-        return marked, np.array(kept, float)
+        return ExplosionState(tail, frozen, stretch, calm_run, current), closed
 
     def _levels(self, x: np.ndarray, trailing: np.ndarray, state: ExplosionState) -> tuple[np.ndarray, float | None, int, int]:
         """The level of each point: the trailing median, frozen in unstable stretches."""
@@ -278,7 +249,7 @@ class GradNormDetector:
         return Explosion(
             onset_step=int(t[i]), base=base, calm=float(level[i]), recent=float(trailing[i]), again=again,
             peak_step=int(t[i]), peak_value=float(x[i]) if finite else -math.inf, last_over_step=int(t[i]),
-            back_step=None, points=1, overflows=0 if finite else 1, length=1, below=0, routine=False,
+            back_step=None, points=1, overflows=0 if finite else 1, length=1, below=0,
         )
 
     @staticmethod
@@ -342,7 +313,6 @@ class GradNormDetector:
                 "calm_level": e.calm,
                 "recent_median": e.recent,
                 "again": e.again,
-                "routine": e.routine,
             },
         )
 

@@ -29,7 +29,7 @@ def join_explosions(explosions: list[Finding], spikes: list[Finding], lead: int)
             if start - lead <= s.start_step <= max(start + lead, explosion.end_step or start)
         ]
         if not near:
-            joined.append(_absorbed(explosion) if _absorbable(explosion) else explosion)
+            joined.append(_absorbed(explosion) if explosion.evidence.get("points") == 1 and not explosion.ongoing else explosion)
             continue
         i, spike = min(near, key=lambda pair: abs(pair[1].start_step - start))
         spikes[i] = replace(spike, evidence={**spike.evidence, "grad_norm_explosion_step": start, "grad_norm_ratio": explosion.ratio})
@@ -55,16 +55,13 @@ def _spike_when(spike: Finding, start: int) -> str:
     return f"{spike.tag} spikes at the same step"
 
 
-def _absorbable(explosion: Finding) -> bool:
-    """Over, and back at the next point or as short and high as the run's own blips."""
-    return not explosion.ongoing and (explosion.evidence.get("points") == 1 or bool(explosion.evidence.get("routine")))
-
-
 def _absorbed(explosion: Finding) -> Finding:
-    """An explosion no loss spike followed, back at the next point (clipping or the optimizer
-    absorbed it) or no more than the run's own blips: information."""
-    how = "back at the next point" if explosion.evidence.get("points") == 1 else "no higher than this run's own one-point blips"
-    return replace(explosion, severity=Severity.INFO, message=f"{explosion.message}; {how} and no loss spike followed")
+    """A one-point explosion no loss spike followed: clipping (or the optimizer) absorbed it."""
+    return replace(
+        explosion,
+        severity=Severity.INFO,
+        message=f"{explosion.message}; back at the next point and no loss spike followed",
+    )
 
 
 def explained_by_spike(divergence: Finding, spikes: list[Finding]) -> bool:

@@ -105,8 +105,8 @@ class StateOutdated(Exception):
 
 
 # Raise when any detector's state changes shape (or the way it is packed at rest).
-STATE_FORMAT = 10
-READ_FORMATS = (10,)  # 10: a grad norm's one-point blips are kept, to tell its routine ones
+STATE_FORMAT = 9
+READ_FORMATS = (9,)  # 9: train losses logged as running means are worked back
 
 
 # -- the state --------------------------------------------------------------------------
