@@ -16,7 +16,8 @@ from analyzers.schedule import ScheduleConfig
 def join_explosions(explosions: list[Finding], spikes: list[Finding], lead: int) -> tuple[list[Finding], list[Finding]]:
     """Pair each explosion with the loss spike starting at most `lead` steps after it (or
     during it), and mark both; the explosion takes the spike's severity (clipping may have
-    absorbed it: a fast-recovering spike makes it informational)."""
+    absorbed it: a fast-recovering spike makes it informational).  One over with no spike
+    is informational: the loss never felt it."""
     spikes = list(spikes)
     joined = []
     for explosion in explosions:
@@ -29,7 +30,7 @@ def join_explosions(explosions: list[Finding], spikes: list[Finding], lead: int)
             if start - lead <= s.start_step <= max(start + lead, explosion.end_step or start)
         ]
         if not near:
-            joined.append(_absorbed(explosion) if explosion.evidence.get("points") == 1 and not explosion.ongoing else explosion)
+            joined.append(explosion if explosion.ongoing else _absorbed(explosion))
             continue
         i, spike = min(near, key=lambda pair: abs(pair[1].start_step - start))
         spikes[i] = replace(spike, evidence={**spike.evidence, "grad_norm_explosion_step": start, "grad_norm_ratio": explosion.ratio})
@@ -56,12 +57,9 @@ def _spike_when(spike: Finding, start: int) -> str:
 
 
 def _absorbed(explosion: Finding) -> Finding:
-    """A one-point explosion no loss spike followed: clipping (or the optimizer) absorbed it."""
-    return replace(
-        explosion,
-        severity=Severity.INFO,
-        message=f"{explosion.message}; back at the next point and no loss spike followed",
-    )
+    """An explosion over that no loss spike followed: clipping (or the optimizer) absorbed it."""
+    back = "back at the next point" if explosion.evidence.get("points") == 1 else f"back by step {explosion.end_step}"
+    return replace(explosion, severity=Severity.INFO, message=f"{explosion.message}; {back} and no loss spike followed")
 
 
 def explained_by_spike(divergence: Finding, spikes: list[Finding]) -> bool:

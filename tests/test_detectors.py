@@ -50,11 +50,18 @@ def test_a_grad_norm_explosion_after_its_loss_spike_began_says_so():
     assert explosion.message.endswith("; train/loss had spiked 7 steps before")
 
 
-def test_grad_norm_explosion_without_a_spike_stands_alone():
+def test_grad_norm_explosion_without_a_spike_is_a_warning_while_it_lasts_and_info_once_over():
+    # Told early, as a warning: an explosion usually leads a loss spike. Over with none, the
+    # optimizer or clipping absorbed it (public HF logs: classifiers near loss 0 whose norm
+    # jumps 100-1,000x for a few points now and then, a warning each time before).
     grad = noisy(2000, 0.5, 0.1)
     grad[800:802] = [40, 35]
-    [explosion] = kinds(analyze_run(run({"train/loss": noisy(2000, 2, 0.01), "grad_norm": grad})), Kind.GRAD_NORM_EXPLOSION)
-    assert explosion.severity is Severity.WARNING and "loss_spike_step" not in explosion.evidence
+    loss = noisy(2000, 2, 0.01)
+    [still] = kinds(analyze_run(run({"train/loss": loss[:803], "grad_norm": grad[:803]})), Kind.GRAD_NORM_EXPLOSION)
+    assert (still.severity, still.ongoing) == (Severity.WARNING, True) and "loss_spike_step" not in still.evidence
+    [over] = kinds(analyze_run(run({"train/loss": loss, "grad_norm": grad})), Kind.GRAD_NORM_EXPLOSION)
+    assert (over.severity, over.ongoing) == (Severity.INFO, False)
+    assert over.message == "grad_norm exploded at step 800: 0.482 -> 40 (83x, 1.9 orders of magnitude); back by step 802 and no loss spike followed"
 
 
 def test_a_one_point_explosion_the_loss_never_felt_is_informational():
