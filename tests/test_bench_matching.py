@@ -8,6 +8,7 @@ from pathlib import Path
 
 from bench.corpus import Event, LabelledRun
 from bench.realcurves import Flag, match, score
+from bench.wild import score as wild_score
 
 
 def _run(*events: Event) -> LabelledRun:
@@ -46,3 +47,21 @@ def test_an_event_nobody_flagged_is_a_miss() -> None:
     outcome = match(run, [Flag("loss_spike", "train/loss", 200, "info", "fast_recovering")])
     assert outcome.missed == [SPIKE] and not outcome.found
     assert score((run,), {run: outcome})["loss_spike"].recall() == "0.00"
+
+
+def test_the_wild_sweep_counts_events_found_of_their_own_kind_and_loud_alerts_no_event_explains() -> None:
+    runs = [
+        {"run": "a", "events": [{"tag": "eval_loss", "kind": "overfitting", "step": 800, "tolerance": 200, "accept_kinds": ["divergence"]}]},
+        {"run": "b", "events": [{"tag": "loss", "kind": "plateau", "step": 0, "tolerance": 100, "optional": True}]},
+        {"run": "c", "events": []},
+    ]
+    alert = {"run": "a", "tag": "eval_loss", "kind": "divergence", "start_step": 900, "severity": "critical"}
+    found = [
+        alert,  # an accepted kind: found, not of its own kind
+        {"run": "b", "tag": "loss", "kind": "plateau", "start_step": 50, "severity": "warning"},  # optional: neither
+        {"run": "c", "tag": "grad_norm", "kind": "grad_norm_explosion", "start_step": 5, "severity": "info"},  # info: not loud
+        {"run": "c", "tag": "loss", "kind": "loss_spike", "start_step": 9, "severity": "warning"},  # false
+    ]
+    s = wild_score(runs, found)
+    assert (s["events"], s["found"], s["own kind"]) == (1, 1, 0)
+    assert [(a["run"], a["kind"]) for a in s["false"]] == [("c", "loss_spike")]

@@ -1,0 +1,83 @@
+"""Public Hugging Face `trainer_state.json` files as users' runs look (issue 10: never cry
+wolf): what losswatch warns of on each, against labels made by eye before it ran
+(bench/labels/wild_trainer_states.json), old code beside new.
+
+The files are other people's and are not in this repository: each run is named
+`<owner>__<repository>` and its file is that repository's top-level `trainer_state.json`
+(`https://raw.githubusercontent.com/<owner>/<repository>/HEAD/trainer_state.json`, or the
+commit the labels were made on, 2026-12-04).  Put them in one directory under those names.
+
+    .venv/bin/python bench/wild.py DIR                       # this checkout
+    .venv/bin/python bench/wild.py DIR --code /tmp/lw-main   # old beside new
+
+A labelled event is found when an alert of its kind (or an accepted one) on its tag starts
+within its tolerance; a warning or worse matching no event, optional ones included, is false.
+Markdown on stdout, progress on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+LABELS = REPO / "bench" / "labels" / "wild_trainer_states.json"
+LOUD = ("warning", "critical")
+
+
+def alerts(code: Path, files: list[Path]) -> list[dict]:
+    """Every alert `losswatch analyze` reports on the files, run on the code at `code`."""
+    command = [sys.executable, "-c", "from app.cli import main; main()", "analyze", *map(str, files), "--format", "json",
+               "--fail-on", "never"]
+    out = subprocess.run(command, env={**os.environ, "PYTHONPATH": str(code)}, cwd=code, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)["alerts"]
+
+
+def matches(event: dict, alert: dict) -> bool:
+    kinds = {event["kind"], *event.get("accept_kinds", ())}
+    return alert["kind"] in kinds and alert["tag"] == event["tag"] and abs(alert["start_step"] - event["step"]) <= event["tolerance"]
+
+
+def score(runs: list[dict], found: list[dict]) -> dict[str, object]:
+    """Labelled events found (and of their own kind), and the loud alerts no event explains."""
+    by_run: dict[str, list[dict]] = {}
+    for a in found:
+        by_run.setdefault(a["run"], []).append(a)
+    required = [(r["run"], e) for r in runs for e in r["events"] if not e.get("optional")]
+    hit = [(run, e) for run, e in required if any(matches(e, a) for a in by_run.get(run, []))]
+    own_kind = [(run, e) for run, e in hit if any(matches({**e, "accept_kinds": []}, a) for a in by_run.get(run, []))]
+    false = [a for r in runs for a in by_run.get(r["run"], [])
+             if a["severity"] in LOUD and not any(matches(e, a) for e in r["events"])]
+    return {"events": len(required), "found": len(hit), "own kind": len(own_kind), "false": false}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("dir", type=Path, help="the trainer_state.json files, named <owner>__<repository>.json")
+    parser.add_argument("--code", type=Path, help="a checkout of the old code (e.g. main), run beside this one")
+    args = parser.parse_args()
+    runs = json.loads(LABELS.read_text())["runs"]
+    files = [args.dir / f"{r['run']}.json" for r in runs]
+    missing = [f.name for f in files if not f.exists()]
+    if missing:
+        sys.exit(f"bench/wild.py: {len(missing)} of the {len(files)} labelled files are not in {args.dir}: {', '.join(missing[:5])}")
+    print("| code | runs | labelled events | found | of their own kind | false warnings | runs with one |")
+    print("|---|---|---|---|---|---|---|")
+    details = []
+    for label, code in ([("old", args.code)] if args.code else []) + [("new", REPO)]:
+        print(f"analysing {len(files)} runs with the {label} code ...", file=sys.stderr)
+        s = score(runs, alerts(code, files))
+        false = s["false"]
+        print(f"| {label} | {len(runs)} | {s['events']} | {s['found']} | {s['own kind']} | {len(false)} | {len({a['run'] for a in false})} |")
+        details += [f"  {label}: {a['severity']} {a['run']} {a['tag']} {a['kind']} @ {a['start_step']}: {a['message']}" for a in false]
+    if details:
+        print("\nfalse warnings:")
+        print("\n".join(details))
+
+
+if __name__ == "__main__":
+    main()
