@@ -37,9 +37,9 @@ An explosion is told once a second point stands over the line and one of them is
 or when it closes.  Once over, it is informational unless a loss spike follows it
 (`analyzers.incidents.join_explosions`): a one-point jump back at the next point (a 12x
 blip of a char-LM's fp16 grad norm, `charlm_fp16_lr_jump` at step 1736, with the loss
-unmoved), and a few points of it too (public HF Trainer logs of classifiers fine-tuned to a
-loss near 0, a CodeBERT run and a BERT one, whose norm near 0.03 jumps to 1-70 for a few
-points every few hundred steps: eight warnings in two runs, the loss never moving).  While
+unmoved), and a few points of it too (public HF Trainer logs of two classifiers fine-tuned
+to a loss near 0, a CodeBERT run among them, whose norm near 0.03-0.05 jumps to 1-70 for a
+few points every few hundred steps: eight warnings in the two, the loss never moving).  While
 it lasts it is a warning: told early, as an explosion usually leads a loss spike.
 
 Stuck.  `stuck_points` (50) identical finite values in a row: a norm that is not measured,

@@ -103,11 +103,11 @@ def after_warm_restart(spike: Finding, restarts: list[tuple[int, int | None, int
     """A loss spike that starts within a warm restart of the LR schedule (`restarts`: the
     (start, end, cycle) steps of those found on the LR tags by `analyzers.schedule`; end
     None while the LR still rises) or the first `follow_points` of its logged points or
-    `follow_steps` steps after it: the loss rising with its LR, as the trainer's schedule meant.  Unless the loss did
-    not come back (divergent) one cycle (the schedule's last, from its restart or peak to
-    this restart) after the onset, at the tag's last step `now`: with 10,000-step cycles a
-    loss stays up longer than the slow horizon, and only a loss still up when the schedule
-    has had its cycle to bring it down is news.  Decided from steps alone, so that a stream
+    `follow_steps` steps after it: the loss rising with its LR, as the trainer's schedule
+    meant.  Unless the loss did not come back (divergent) one cycle (the schedule's last,
+    from its restart or peak to this restart) after the onset, at the tag's last step
+    `now`: with 10,000-step cycles a loss stays up longer than the slow horizon, and only a
+    loss still up when the schedule has had its cycle to bring it down is news.  Decided from steps alone, so that a stream
     cut anywhere decides it alike."""
     if spike.kind is not Kind.LOSS_SPIKE:
         return False

@@ -27,10 +27,11 @@ evaluation taken from second differences of the last `noise_points` evaluations.
   (tests/test_overfitting.py); real eval losses, averages over an eval set, fall steeply
   over their first evaluations.
 * A **sure** rise, `patience` evaluations each at least `sure_rise` (10%) above the best,
-  opens without a noise estimate, and while it stays over half way up it is not taken as
-  coming back down: an eval loss that jumped with a diverging train loss and then drifts
-  down by 0.3% an epoch (a word-LM's 5.33 -> 6.2, 6.1, 6.05 ...) is risen, where each
-  evaluation being the lowest of the last three once kept it silent for good.  10% is
+  opens without a noise estimate and however it moves among them: an eval loss that jumped
+  with a diverging train loss and then drifts down by 0.3% an epoch (a word-LM's 5.33 ->
+  6.2, 6.1, 6.05 ...) is risen, where each evaluation being the lowest of the last three
+  once kept it silent for good (and a char-LM's 1.42 -> 115, 3.6, 3.2 after a 300x LR bug,
+  `charlm_interval_diverge`, was "coming back" until its fifth evaluation).  10% is
   5 sigmas of the noisiest eval loss in the tuning logs (the trained runs' 50-step
   evaluations of one batch, 2% between evaluations; the public eval losses 0.01-1%).
 * On a **dense** eval series (a best that is the lowest of more than `dense_pool`, 1,000,
@@ -264,8 +265,8 @@ class EvalRiseDetector:
         if x.streak < int(self._patience(x.pool)):
             return
         sure = min(x.recent) >= x.best + self.config.sure_rise * abs(x.best)
-        if v <= min(x.recent) and len(x.recent) > 1 and not (sure and v > (x.best + x.worst) / 2):
-            return  # coming back down (from a sure rise: past half way back)
+        if v <= min(x.recent) and len(x.recent) > 1 and not sure:
+            return  # coming back down
         if sigma == 0 and not sure and any(b <= a for a, b in zip(x.recent, x.recent[1:])):
             return  # noise not known yet (under 10 evaluations): only a rise at every step counts
         x.streak, x.open, x.gate = 0, True, margin

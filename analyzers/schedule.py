@@ -18,9 +18,9 @@ the first warm-up, which climbs to new highs.
 
 A loss spike whose onset falls within the restart, the first `follow_points` (5) of its
 own logged points after it or the first `follow_steps` (25) steps is the restart's doing
-and is not reported, unless it is still
-divergent a whole cycle after its onset (`incidents.after_warm_restart`): a loss the
-schedule has had its cycle to bring down and did not is news.  A restart's cycle is the
+and is not reported, unless it is still divergent a whole cycle after its onset
+(`incidents.after_warm_restart`): a loss the schedule has had its cycle to bring down and
+did not is news.  A restart's cycle is the
 steps from where the cycle it ends began (the previous restart, or the LR's last new high:
 the end of the first warm-up) to it.  With 10,000-step cycles the loss stays up longer
 than the spike detector's 1,000-step slow horizon, and each restart was shown live as a
