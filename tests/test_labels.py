@@ -2,10 +2,12 @@
 runs trained for the purpose, bench/labels/trained_runs.json) stay well-formed: every
 labelled run still exists and reads, every event names a valid kind on a tag the run has,
 at a step inside that tag's range, and both parts are there with a fair mix in the held-out
-one.  So the corpora the detectors are judged on cannot rot unnoticed."""
+one; the public trainer_state.json files' labels keep their shape.  So the corpora the
+detectors are judged on cannot rot unnoticed."""
 
 from __future__ import annotations
 
+import json
 from functools import cache
 
 import numpy as np
@@ -13,6 +15,7 @@ import pytest
 
 from app.ingest.sources import read_path
 from bench import corpus
+from bench.wild import LABELS as WILD
 
 
 @pytest.fixture(scope="module", params=[corpus.LABELS, corpus.TRAINED], ids=["public", "trained"])
@@ -92,3 +95,18 @@ def test_the_trained_runs_show_what_no_public_log_does() -> None:
         assert {"restart", "loss_spike", "overfitting", "plateau"} <= kinds, (part, kinds)
         assert any(not r.required for r in runs), f"the {part} part needs a clean run"
     assert "loss_scale_collapse" in {e.kind for r in trained.part("heldout") for e in r.required}
+
+
+def test_the_wild_labels_name_a_repository_and_known_kinds_on_each_run() -> None:
+    """bench/labels/wild_trainer_states.json (bench/wild.py): the files are not here, so
+    only the labels' own shape is checked: each run names `<owner>__<repository>` once, and
+    each event a known kind, a tag, a step and a tolerance."""
+    runs = json.loads(WILD.read_text())["runs"]
+    names = [r["run"] for r in runs]
+    assert len(names) == len(set(names)) and all(n.count("__") >= 1 and n.split("__")[0] for n in names)
+    for r in runs:
+        for e in r["events"]:
+            kinds = {e["kind"], *e.get("accept_kinds", ())}
+            assert kinds <= corpus.KINDS, (r["run"], kinds)
+            assert isinstance(e["tag"], str) and e["tag"] and isinstance(e["step"], int) and e["tolerance"] >= 0, r["run"]
+    assert sum(1 for r in runs for e in r["events"] if not e.get("optional")) == 20
