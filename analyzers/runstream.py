@@ -541,13 +541,14 @@ def _anchor(state: RunState, config: AnalysisConfig, complete: dict[str, set[str
         for tag in train:
             want.setdefault(tag, {})[f"from:{start}"] = (start, 0, size)
     rises = _group(state, "eval_rise")
+    points = {t: state.tags[t].finite for t in train}
     for tag, best in _best_steps(state, rises):
-        counterpart = train_counterpart(tag, {t: state.tags[t].finite for t in train})
+        counterpart = train_counterpart(tag, points)
         want.setdefault(tag, {})[f"at:{best}"] = (best, 2, 1)
         if counterpart is not None:
             want.setdefault(counterpart, {})[f"at:{best}"] = (best, config.overfitting.train_points, 1)
     for tag, peak in {(tag, f.peak_step) for tag, f in rises if f.peak_step is not None}:
-        counterpart = train_counterpart(tag, {t: state.tags[t].finite for t in train})
+        counterpart = train_counterpart(tag, points)
         want.setdefault(tag, {})[f"at:{peak}"] = (peak, 2, 1)
         if counterpart is not None:
             want.setdefault(counterpart, {})[f"peak:{peak}"] = (peak, 4 * config.overfitting.train_points, 1)

@@ -110,7 +110,7 @@ def load(path: Path = LABELS) -> Corpus:
 def _run(raw: dict[str, Any], index: int, path: Path, root: Path) -> LabelledRun:
     where = f"{path.name}: runs[{index}] ({raw.get('run')!r})"
     try:
-        events = tuple(_event(raw["run"], e, f"{where}.events[{j}]") for j, e in enumerate(raw["events"]))
+        events = tuple(parse_event(raw["run"], e, f"{where}.events[{j}]") for j, e in enumerate(raw["events"]))
         clean = tuple(Span(c["tag"], c.get("from"), c.get("to"), c["why"]) for c in raw["clean"])
         run = LabelledRun(raw["run"], raw["path"], raw["family"], raw["part"], raw["about"], events, clean, root / raw["path"])
     except KeyError as e:
@@ -120,7 +120,8 @@ def _run(raw: dict[str, Any], index: int, path: Path, root: Path) -> LabelledRun
     return run
 
 
-def _event(run: str, raw: dict[str, Any], where: str) -> Event:
+def parse_event(run: str, raw: dict[str, Any], where: str) -> Event:
+    """One labelled event, checked: LabelError, saying where, for an unknown kind or class."""
     event = Event(
         run, raw["tag"], raw["kind"], raw["step"], raw["tolerance"], raw["why"], raw.get("classification"),
         tuple(raw.get("accept_classes", ())), tuple(raw.get("accept_kinds", ())), bool(raw.get("optional", False)),

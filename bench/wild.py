@@ -11,7 +11,8 @@ commit the labels were made on, 2026-12-04).  Put them in one directory under th
     .venv/bin/python bench/wild.py DIR --code /tmp/lw-main   # old beside new
 
 A labelled event is found when an alert of its kind (or an accepted one) on its tag starts
-within its tolerance; a warning or worse matching no event, optional ones included, is false.
+within its tolerance (`bench.corpus.Event.matches`, as for the other corpora); a warning or
+worse matching no event, optional ones included, is false.
 Markdown on stdout, progress on stderr.
 """
 
@@ -23,6 +24,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.corpus import Event, parse_event  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 LABELS = REPO / "bench" / "labels" / "wild_trainer_states.json"
@@ -37,22 +42,27 @@ def alerts(code: Path, files: list[Path]) -> list[dict]:
     return json.loads(out.stdout)["alerts"]
 
 
-def matches(event: dict, alert: dict) -> bool:
-    kinds = {event["kind"], *event.get("accept_kinds", ())}
-    return alert["kind"] in kinds and alert["tag"] == event["tag"] and abs(alert["start_step"] - event["step"]) <= event["tolerance"]
+def events(runs: list[dict]) -> dict[str, tuple[Event, ...]]:
+    """Each labelled run's events, checked as the other corpora's are."""
+    return {r["run"]: tuple(parse_event(r["run"], e, f"{LABELS.name}: {r['run']}.events[{j}]") for j, e in enumerate(r["events"]))
+            for r in runs}
 
 
 def score(runs: list[dict], found: list[dict]) -> dict[str, object]:
     """Labelled events found (and of their own kind), and the loud alerts no event explains."""
+    labelled = events(runs)
     by_run: dict[str, list[dict]] = {}
     for a in found:
         by_run.setdefault(a["run"], []).append(a)
-    required = [(r["run"], e) for r in runs for e in r["events"] if not e.get("optional")]
-    hit = [(run, e) for run, e in required if any(matches(e, a) for a in by_run.get(run, []))]
-    own_kind = [(run, e) for run, e in hit if any(matches({**e, "accept_kinds": []}, a) for a in by_run.get(run, []))]
-    false = [a for r in runs for a in by_run.get(r["run"], [])
-             if a["severity"] in LOUD and not any(matches(e, a) for e in r["events"])]
-    return {"events": len(required), "found": len(hit), "own kind": len(own_kind), "false": false}
+
+    def told(e: Event, own: bool = False) -> bool:
+        return any(e.matches(a["kind"], a["tag"], a["start_step"]) and (not own or a["kind"] == e.kind) for a in by_run.get(e.run, []))
+
+    required = [e for evs in labelled.values() for e in evs if not e.optional]
+    false = [a for run, evs in labelled.items() for a in by_run.get(run, [])
+             if a["severity"] in LOUD and not any(e.matches(a["kind"], a["tag"], a["start_step"]) for e in evs)]
+    return {"events": len(required), "found": sum(map(told, required)), "own kind": sum(told(e, own=True) for e in required),
+            "false": false}
 
 
 def main() -> None:

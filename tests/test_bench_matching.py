@@ -51,8 +51,9 @@ def test_an_event_nobody_flagged_is_a_miss() -> None:
 
 def test_the_wild_sweep_counts_events_found_of_their_own_kind_and_loud_alerts_no_event_explains() -> None:
     runs = [
-        {"run": "a", "events": [{"tag": "eval_loss", "kind": "overfitting", "step": 800, "tolerance": 200, "accept_kinds": ["divergence"]}]},
-        {"run": "b", "events": [{"tag": "loss", "kind": "plateau", "step": 0, "tolerance": 100, "optional": True}]},
+        {"run": "a", "events": [{"tag": "eval_loss", "kind": "overfitting", "step": 800, "tolerance": 200, "accept_kinds": ["divergence"],
+                                "why": "rises"}]},
+        {"run": "b", "events": [{"tag": "loss", "kind": "plateau", "step": 0, "tolerance": 100, "optional": True, "why": "flat"}]},
         {"run": "c", "events": []},
     ]
     alert = {"run": "a", "tag": "eval_loss", "kind": "divergence", "start_step": 900, "severity": "critical"}
