@@ -69,10 +69,14 @@ def explained_by_spike(divergence: Finding, spikes: list[Finding]) -> bool:
     the loss left its floor there, and the trend only crossed its margin once the noise
     of the spike itself had left the trend's noise window (charlm_lr_units_bug_c: a
     divergent spike at 1001, back down to a flat 3.2 from 1400, taken for a divergence
-    "rising since 1624")."""
-    end = divergence.end_step
+    "rising since 1624").  A spike that began after the rise was first told is its
+    consequence, not its cause (a seq2seq loss near 0.003 climbing 5x from step 1530,
+    told at 2015, then jumping at 3130: the divergence is the news, and live it was
+    already out)."""
+    end, told = divergence.end_step, divergence.evidence["told_at"]
     return any(
         s.tag == divergence.tag
+        and s.start_step <= told
         and (
             s.start_step >= divergence.start_step
             and (s.classification is not SpikeClass.FAST_RECOVERING if end is None else s.start_step <= end)

@@ -105,8 +105,8 @@ class StateOutdated(Exception):
 
 
 # Raise when any detector's state changes shape (or the way it is packed at rest).
-STATE_FORMAT = 9
-READ_FORMATS = (9,)  # 9: train losses logged as running means are worked back
+STATE_FORMAT = 10
+READ_FORMATS = (10,)  # 10: a divergence keeps where it was first told
 
 
 # -- the state --------------------------------------------------------------------------

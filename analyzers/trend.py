@@ -170,13 +170,14 @@ class DivergenceState(StreamState):
     level_step: int
     noise: float  # the latest level's noise sigma
     above: int  # blocks above the margin in the open incident
+    opened: int  # the last step of the block that opened it: where it was first told
 
 
 class _Incident:
     """The incident part of a divergence state, changed in place while a feed walks its
     blocks (one state is built at the end, not one per block)."""
 
-    NAMES = ("streak", "streak_step", "open", "onset", "base", "top", "top_step", "above")
+    NAMES = ("streak", "streak_step", "open", "onset", "base", "top", "top_step", "above", "opened")
 
     def __init__(self, **values) -> None:
         self.__dict__.update(values)
@@ -205,7 +206,7 @@ class _Incident:
                 self.top, self.top_step = level, at
             self.streak += 1
             if self.streak >= confirm:
-                self.open, self.onset, self.base, self.above, self.streak = True, onset, low, self.streak, 0
+                self.open, self.onset, self.base, self.above, self.streak, self.opened = True, onset, low, self.streak, 0, int(new.last_step[j])
             return None
         self.above += above
         if level > self.top:
@@ -216,7 +217,7 @@ class _Incident:
         if self.streak < confirm:
             return None
         done = {**self.fields(), "end": self.streak_step}
-        self.streak, self.open, self.onset, self.base, self.top, self.top_step, self.above = 0, False, -1, np.nan, np.nan, -1, 0
+        self.streak, self.open, self.onset, self.base, self.top, self.top_step, self.above, self.opened = 0, False, -1, np.nan, np.nan, -1, 0, -1
         return done
 
 
@@ -228,7 +229,7 @@ class DivergenceDetector:
         self.config = config
 
     def start(self) -> DivergenceState:
-        return DivergenceState(empty_blocks(), np.inf, -1, np.zeros(0), 0, -1, False, -1, np.nan, np.nan, -1, np.nan, -1, 0.0, 0)
+        return DivergenceState(empty_blocks(), np.inf, -1, np.zeros(0), 0, -1, False, -1, np.nan, np.nan, -1, np.nan, -1, 0.0, 0, -1)
 
     def detect(self, series: Series) -> list[Finding]:
         return detect_at_once(self, series.step, series.value, series.tag)
@@ -314,5 +315,5 @@ class DivergenceDetector:
                 "seed: lower the learning rate, check the init std, use bf16 rather than fp16, Adam "
                 "beta2 = 0.95, and the data mixture at that point. Restarts alone only delay it."
             ),
-            evidence={"still_rising": rising, "noise": s.noise, "level_now": now, "blocks_above": s.above},
+            evidence={"still_rising": rising, "noise": s.noise, "level_now": now, "blocks_above": s.above, "told_at": s.opened},
         )

@@ -29,7 +29,7 @@ def samples():
     ("bad_batch", Health.CONVERGED, None),  # one fast spike is no instability
     ("lr_burst", Health.UNSTABLE, "loss_spike (slow_recovering) on train/loss at step 1202"),
     ("lr_too_high", Health.DIVERGED, "divergence on train/loss since step 40"),
-    ("fp16_overflow", Health.DIVERGED, "loss_spike (divergent) on train/loss since step 1897"),
+    ("fp16_overflow", Health.DIVERGED, "divergence on train/loss since step 1512"),
     ("stalled_lr", Health.STALLED, "plateau on train/loss since step 200"),
     ("resume", Health.CONVERGED, None),
 ])

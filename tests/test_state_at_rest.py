@@ -114,14 +114,15 @@ def test_a_state_saved_before_the_stuck_runs_knew_their_rounding_is_outdated(for
         loads(_previous_release_dumps(_state(), format))
 
 
-@pytest.mark.parametrize("format", [7, 8])
-def test_a_state_saved_before_lr_restarts_or_running_means_is_outdated(monkeypatch, format):
+@pytest.mark.parametrize("format", [7, 8, 9])
+def test_a_state_saved_before_lr_restarts_running_means_or_told_divergences_is_outdated(monkeypatch, format):
     """Format 7 had no warm-restart detector on its LR tags, format 8 took a train loss
-    logged as running means as it is: fed again from the start."""
+    logged as running means as it is, format 9 did not keep where a divergence was first
+    told: fed again from the start."""
     monkeypatch.setattr(runstream, "STATE_FORMAT", format)
     saved = dumps(_state())
     monkeypatch.undo()
-    with pytest.raises(runstream.StateOutdated, match=f"state format {format}, expected 9"):
+    with pytest.raises(runstream.StateOutdated, match=f"state format {format}, expected {runstream.STATE_FORMAT}"):
         loads(saved)
 
 

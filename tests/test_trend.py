@@ -9,6 +9,7 @@ import pytest
 
 from analyzers.analyze import analyze_run
 from analyzers.findings import Kind, Severity
+from analyzers.runstream import feed_run, start_run
 from analyzers.series import TagWrites, prepare_run
 from tests.curves import chance_curve, clean_curve, eval_corpus, labelled_corpus, score
 
@@ -52,6 +53,25 @@ def test_divergence_onset_is_where_the_loss_left_its_floor_not_the_noisiest_low(
     [f] = kinds(analyze_run(run({"train/loss": loss})), Kind.DIVERGENCE)
     assert 3000 <= f.start_step <= 3150 and f.ongoing and f.severity is Severity.CRITICAL
     assert f.message.endswith("and keeps climbing (divergence)")
+
+
+def test_a_spike_long_after_a_divergence_was_told_does_not_take_it_back():
+    """The rise is the news; a jump 1,500 steps into it is its consequence (a seq2seq loss
+    climbing 5x from 0.003, then jumping where the climb steepens).  Live, the divergence
+    told at once stays out when the spike comes."""
+    steps = np.arange(5000)
+    loss = np.where(steps < 3000, 2.0, 2.0 * (1 + (steps - 3000) / 2000)) * (1 + 0.02 * np.random.default_rng(1).standard_normal(5000))
+    loss[4500:] *= 3
+    found = analyze_run(run({"train/loss": loss}))
+    [f] = kinds(found, Kind.DIVERGENCE)
+    assert 3000 <= f.start_step <= 3150 and f.ongoing and f.evidence["told_at"] < 4500
+    assert [s.start_step for s in kinds(found, Kind.LOSS_SPIKE)] == [4500]
+    state = start_run()
+    for a in range(0, 5000, 100):
+        zero = np.zeros(100, np.int32)
+        state, closed, open_ = feed_run(state, {"train/loss": TagWrites(steps[a : a + 100], loss[a : a + 100], zero)}, ())
+        if a >= 4000:
+            assert [g.start_step for g in closed + open_ if g.kind is Kind.DIVERGENCE] == [f.start_step], a
 
 
 def test_constant_zero_and_negative_losses_do_not_diverge():

@@ -32,7 +32,7 @@ def test_runs_page_lists_runs_worst_first_with_their_health(samples):
     page = samples.get("/").text
     names = re.findall(r'class="run-link"[^>]*>([^<]+)<', page)
     assert names[0] == "fp16_overflow" and set(names) >= {"clean", "bad_batch", "resume"}
-    assert '<span class="badge critical" title="critical">3 critical</span>' in page
+    assert '<span class="badge critical" title="critical">4 critical</span>' in page
 
 
 def test_run_page_has_a_chart_per_tag_and_the_alerts(samples):
@@ -44,7 +44,7 @@ def test_run_page_has_a_chart_per_tag_and_the_alerts(samples):
 
 def test_alerts_page_filters(samples):
     critical = samples.get("/alerts", params={"severity": "critical"}).text
-    assert critical.count('class="alert-row') == 4
+    assert critical.count('class="alert-row') == 5
     assert samples.get("/alerts", params={"severity": "critical", "state": "resolved"}).text.count('class="alert-row') == 0
     assert samples.get("/alerts", params={"severity": "bogus"}).status_code == 422
 
