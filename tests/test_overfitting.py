@@ -120,6 +120,25 @@ def test_an_eval_loss_that_jumped_and_stays_up_while_drifting_down_is_a_divergen
     assert first == 6
 
 
+def test_a_noisy_eval_loss_that_moved_up_and_stays_is_overfitting():
+    """A sentiment classifier's eval loss, 10% noise after its best, sits 45-55% above it
+    for five evaluations: none alone clears 3 noise sigmas past the best's luck, five in a
+    row at 1.5 are no noise.  Told at the fifth, with the best as where to stop."""
+    val = [0.5, 0.35, 0.28, 0.25, 0.23, 0.222, 0.208, 0.203, 0.236, 0.256, 0.226, 0.193, 0.199, 0.255, 0.224, 0.182,
+           0.218, 0.194, 0.206, 0.209, 0.204, 0.232, 0.219, 0.207, 0.229, 0.278, 0.285, 0.285, 0.283, 0.279]
+    evals = np.arange(1, 31) * 500
+    steps = np.arange(10, 15_001, 10)
+    train = 0.05 + 0.6 * np.exp(-steps / 3000)
+
+    def rises(upto: int) -> list[str]:
+        shown = run({"loss": (steps, train), "eval_loss": (evals[:upto], val[:upto])})
+        return [f.message for f in analyze_run(shown) if f.tag == "eval_loss"]
+
+    assert rises(30) == ["eval_loss has risen for 14 evaluations since its best at step 8000: 0.182 -> 0.279 (+53.3%) "
+                         "while loss fell 0.09524 -> 0.05439 (overfitting)"]
+    assert rises(29) == []  # four in a row are not yet five
+
+
 @pytest.mark.parametrize("after", [
     [5.65, 5.6, 5.57, 5.55, 5.54, 5.53, 5.52, 5.51, 5.5],  # +6%, drifting down: inside an evaluation's noise
     [6.2, 6.1, 5.7, 5.5, 5.45, 5.4, 5.38, 5.36, 5.34],  # +16%, under +10% by its third evaluation: coming back
