@@ -390,4 +390,15 @@ def test_a_loss_logged_as_running_means_is_drawn_worked_back_over_the_means_as_l
         page.mouse.move(over["x"] + over["width"] * 0.55, over["y"] + over["height"] / 2)
         logged, batch = (float(v) for v in loss.locator(".u-legend .u-value").all_inner_texts()[1:3])
         assert logged != batch  # two curves, not one drawn twice
+        # compared with a run that logged those batches as they are, each run's line is its batches
+        points = [{"step": int(s), "tag": "train/loss", "value": float(v)} for s, v in zip(steps, batches)]
+        assert httpx.post(f"{base}/v1/runs/plain/points", json={"points": points}).status_code == 200
+        page = opened(browser, base + "/compare?runs=keras,plain", errors)
+        loss = page.locator(".chart[data-tag='train/loss']")
+        assert loss.locator(".u-legend .u-series .u-label").all_inner_texts() == [
+            "step", "keras (logged: running mean of 200-step epochs)", "keras", "plain"]
+        over = loss.locator(".u-over").bounding_box()
+        page.mouse.move(over["x"] + over["width"] * 0.55, over["y"] + over["height"] / 2)
+        logged, keras, plain = loss.locator(".u-legend .u-value").all_inner_texts()[1:4]
+        assert keras == plain != logged
         assert errors == []

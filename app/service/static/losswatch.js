@@ -146,14 +146,15 @@
     chart.lines.forEach((line, i) => {
       const s = chart.view[i];
       let xs = s.steps.map(toX), values = positive(s.values);
-      const averaged = i === 0 && chart.band ? chart.band.averaged : 0;
-      if (averaged) {
-        // a train loss logged as its epoch's running mean: drawn grey as logged, and each
-        // batch's loss worked back (what the alerts speak of) as the tag's line
+      const worked = chart.worked ? chart.worked[i] : null;
+      if (worked && worked.averaged) {
+        // a train loss logged as its epoch's running mean: drawn faint as logged, and each
+        // batch's loss worked back (what the alerts speak of) as the line's own
         tables.push([xs, values]);
-        series.push({ label: line.label + " (logged: running mean of " + averaged + "-step epochs)", stroke: "#999", width: 1, spanGaps: false, value: value, class: "logged-mean" });
-        xs = chart.band.losses.map((p) => toX(p[0]));
-        values = positive(chart.band.losses.map((p) => p[1]));
+        const faint = single ? "#999" : line.color;
+        series.push({ label: line.label + " (logged: running mean of " + worked.averaged + "-step epochs)", stroke: faint, alpha: single ? 1 : 0.35, width: 1, spanGaps: false, value: value, class: "logged-mean" });
+        xs = worked.losses.map((p) => toX(p[0]));
+        values = positive(worked.losses.map((p) => p[1]));
       }
       if (line.marker) {
         tables.push([xs, values]);
@@ -307,7 +308,11 @@
 
   async function loadView(chart) {
     chart.view = state.zoom ? await Promise.all(chart.lines.map((l) => fetchSeries(l, chart.el.clientWidth || 900, state.zoom))) : chart.full;
-    if (hasBand(chart)) chart.band = await fetchBand(chart.lines[0], chart.el.clientWidth || 900, state.zoom);
+    const width = chart.el.clientWidth || 900;
+    if (hasBand(chart)) chart.band = await fetchBand(chart.lines[0], width, state.zoom);
+    // each train loss's worked-back batches, where it was logged as running means: on a run
+    // page the band carries them, on the compare view each run's are asked for
+    if (chart.el.dataset.role === "loss") chart.worked = single ? [chart.band] : await Promise.all(chart.lines.map((l) => fetchBand(l, width, state.zoom)));
   }
 
   function hasBand(chart) { return single && chart.el.dataset.role === "loss"; }
