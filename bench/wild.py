@@ -3,9 +3,11 @@ wolf): what losswatch warns of on each, against labels made by eye before it ran
 (bench/labels/wild_trainer_states.json), old code beside new.
 
 The files are other people's and are not in this repository: each run is named
-`<owner>__<repository>` and its file is that repository's top-level `trainer_state.json`
-(`https://raw.githubusercontent.com/<owner>/<repository>/HEAD/trainer_state.json`, or the
-commit the labels were made on, 2026-12-04).  Put them in one directory under those names.
+`<owner>__<repository>` and its file is that repository's `trainer_state.json` (at the top,
+or the `path` and `commit` the untuned part's labels give), as it was on 2026-12-04.  Put
+them in one directory under those names.  Each part is scored apart: `tuning` (runs that
+drove changes, or were looked at with their alerts) and `untuned` (labelled and committed
+before losswatch ever ran on them, and never tuned on).
 
     .venv/bin/python bench/wild.py DIR                       # this checkout
     .venv/bin/python bench/wild.py DIR --code /tmp/lw-main   # old beside new
@@ -49,7 +51,8 @@ def events(runs: list[dict]) -> dict[str, tuple[Event, ...]]:
 
 
 def score(runs: list[dict], found: list[dict]) -> dict[str, object]:
-    """Labelled events found (and of their own kind), and the loud alerts no event explains."""
+    """Labelled events found (and of their own kind), those missed, and the loud alerts no
+    event explains."""
     labelled = events(runs)
     by_run: dict[str, list[dict]] = {}
     for a in found:
@@ -62,30 +65,36 @@ def score(runs: list[dict], found: list[dict]) -> dict[str, object]:
     false = [a for run, evs in labelled.items() for a in by_run.get(run, [])
              if a["severity"] in LOUD and not any(e.matches(a["kind"], a["tag"], a["start_step"]) for e in evs)]
     return {"events": len(required), "found": sum(map(told, required)), "own kind": sum(told(e, own=True) for e in required),
-            "false": false}
+            "false": false, "missed": [e for e in required if not told(e)]}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("dir", type=Path, help="the trainer_state.json files, named <owner>__<repository>.json")
     parser.add_argument("--code", type=Path, help="a checkout of the old code (e.g. main), run beside this one")
+    parser.add_argument("--show-untuned", action="store_true", help="also list the untuned part's false warnings (looked at, it is no longer untuned)")
     args = parser.parse_args()
     runs = json.loads(LABELS.read_text())["runs"]
     files = [args.dir / f"{r['run']}.json" for r in runs]
     missing = [f.name for f in files if not f.exists()]
     if missing:
         sys.exit(f"bench/wild.py: {len(missing)} of the {len(files)} labelled files are not in {args.dir}: {', '.join(missing[:5])}")
-    print("| code | runs | labelled events | found | of their own kind | false warnings | runs with one |")
-    print("|---|---|---|---|---|---|---|")
+    print("| part | code | runs | labelled events | found | of their own kind | false warnings | runs with one |")
+    print("|---|---|---|---|---|---|---|---|")
     details = []
     for label, code in ([("old", args.code)] if args.code else []) + [("new", REPO)]:
         print(f"analysing {len(files)} runs with the {label} code ...", file=sys.stderr)
-        s = score(runs, alerts(code, files))
-        false = s["false"]
-        print(f"| {label} | {len(runs)} | {s['events']} | {s['found']} | {s['own kind']} | {len(false)} | {len({a['run'] for a in false})} |")
-        details += [f"  {label}: {a['severity']} {a['run']} {a['tag']} {a['kind']} @ {a['start_step']}: {a['message']}" for a in false]
+        found = alerts(code, files)
+        for part in ("tuning", "untuned"):
+            mine = [r for r in runs if r["part"] == part]
+            s = score(mine, found)
+            false = s["false"]
+            print(f"| {part} | {label} | {len(mine)} | {s['events']} | {s['found']} | {s['own kind']} | {len(false)} | {len({a['run'] for a in false})} |")
+            if part == "tuning" or args.show_untuned:
+                details += [f"  {part}, {label}: missed {e.run} {e.tag} {e.kind} @ {e.step}: {e.why}" for e in s["missed"]]
+                details += [f"  {part}, {label}: {a['severity']} {a['run']} {a['tag']} {a['kind']} @ {a['start_step']}: {a['message']}" for a in false]
     if details:
-        print("\nfalse warnings:")
+        print("\nmisses and false warnings (the untuned part's only with --show-untuned):")
         print("\n".join(details))
 
 
