@@ -70,9 +70,9 @@ def explained_by_spike(divergence: Finding, spikes: list[Finding]) -> bool:
     of the spike itself had left the trend's noise window (charlm_lr_units_bug_c: a
     divergent spike at 1001, back down to a flat 3.2 from 1400, taken for a divergence
     "rising since 1624").  A spike that began after the rise was first told is its
-    consequence, not its cause (a seq2seq loss near 0.003 climbing 5x from step 1530,
-    told at 2015, then jumping at 3130: the divergence is the news, and live it was
-    already out)."""
+    consequence, not its cause (a seq2seq loss near 0.0023 creeping up from step 1530,
+    told at 2400, then jumping at 3130 on its way to 14x: the divergence is the news, and
+    live it was already out)."""
     end, told = divergence.end_step, divergence.evidence["told_at"]
     return any(
         s.tag == divergence.tag
