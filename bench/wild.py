@@ -3,9 +3,9 @@ wolf): what losswatch warns of on each, against labels made by eye before it ran
 (bench/labels/wild_trainer_states.json), old code beside new.
 
 The files are other people's and are not in this repository: each run is named
-`<owner>__<repository>` and its file is that repository's `trainer_state.json` (at the top,
-or the `path` and `commit` the untuned part's labels give), as it was on 2026-12-04.  Put
-them in one directory under those names.  Each part is scored apart: `tuning` (runs that
+`<owner>__<repository>` and its file is that repository's `trainer_state.json` at the
+`path` and `commit` its label gives, as read on 2026-12-04.  Put them in one directory
+under those names.  Each part is scored apart: `tuning` (runs that
 drove changes, or were looked at with their alerts) and `untuned` (labelled and committed
 before losswatch ever ran on them, and never tuned on).
 
