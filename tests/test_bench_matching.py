@@ -64,5 +64,7 @@ def test_the_wild_sweep_counts_events_found_of_their_own_kind_and_loud_alerts_no
         {"run": "c", "tag": "loss", "kind": "loss_spike", "start_step": 9, "severity": "warning"},  # false
     ]
     s = wild_score(runs, found)
-    assert (s["events"], s["found"], s["own kind"]) == (1, 1, 0)
+    assert (s["events"], s["found"], s["own kind"], s["missed"]) == (1, 1, 0, [])
     assert [(a["run"], a["kind"]) for a in s["false"]] == [("c", "loss_spike")]
+    missed = wild_score(runs, found[1:])["missed"]
+    assert [(e.run, e.kind, e.step) for e in missed] == [("a", "overfitting", 800)]
