@@ -9,7 +9,8 @@ evaluation taken from second differences of the last `noise_points` evaluations.
 
 * A rise **opens** at the `patience`-th evaluation in a row above the best so far by at
   least `min_rise` (3%) and `z` (3) noise sigmas, if the latest of them is not the lowest
-  (a loss coming back down is not rising).  Patience 3 is early stopping's usual setting
+  (a loss coming back down is not rising); one equal to the best is never above it (an eval
+  loss at exactly 0 has a margin of 0, and told "0 -> 0" every three evaluations).  Patience 3 is early stopping's usual setting
   (Keras and Hugging Face `EarlyStopping(patience=...)`).  Its onset is the best step:
   where early stopping would have stopped.  Keras IMDB's validation loss (best 0.275 at
   epoch 4, then 0.285, 0.286, 0.324 ... 0.518 at epoch 19) opens at epoch 7; Marian's
@@ -222,7 +223,7 @@ class EvalRiseDetector:
         is_new = v[j:end] < before
         pool = x.pool + 1 + np.arange(end - j)
         with np.errstate(invalid="ignore"):
-            above = ~is_new & np.isfinite(before)
+            above = (v[j:end] > before) & np.isfinite(before)  # an equal one is no rise: a loss at exactly 0
             up = above & (v[j:end] >= before + self._margin(before, sigma[j:end], pool))
             held = above & (v[j:end] >= before + self._held_margin(before, sigma[j:end], pool))
         k = min(_streak_start(up, self._patience(pool)), _streak_start(held, self._patience(pool, self.config.held_points)))
@@ -289,7 +290,7 @@ class EvalRiseDetector:
         known = math.isfinite(x.best)
         margin = float(self._margin(x.best, sigma, x.pool)) if known else math.inf
         low = float(self._held_margin(x.best, sigma, x.pool)) if known else math.inf
-        up, held = v >= x.best + margin, v >= x.best + low
+        up, held = v > x.best and v >= x.best + margin, v > x.best and v >= x.best + low
         if not (up or held):
             x.streak = x.held = 0
             return

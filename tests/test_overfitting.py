@@ -139,6 +139,16 @@ def test_a_noisy_eval_loss_that_moved_up_and_stays_is_overfitting():
     assert rises(29) == []  # four in a row are not yet five
 
 
+def test_an_eval_loss_that_reaches_exactly_zero_and_stays_there_never_rises():
+    """An evaluation equal to the best is no rise, even when the margin is 0: a loss at
+    exactly 0 (masked labels, a tiny eval set learned by heart) told "0 -> 0" overfitting
+    every three evaluations."""
+    steps = np.arange(40) * 10
+    val = np.r_[np.linspace(1, 0, 10), np.zeros(30)]
+    findings = analyze_run(run({"loss": (steps, np.linspace(2, 1, 40)), "eval_loss": (steps, val)}))
+    assert [f.message for f in findings if f.tag == "eval_loss"] == []
+
+
 @pytest.mark.parametrize("after", [
     [5.65, 5.6, 5.57, 5.55, 5.54, 5.53, 5.52, 5.51, 5.5],  # +6%, drifting down: inside an evaluation's noise
     [6.2, 6.1, 5.7, 5.5, 5.45, 5.4, 5.38, 5.36, 5.34],  # +16%, under +10% by its third evaluation: coming back
