@@ -9,9 +9,10 @@ evaluation taken from second differences of the last `noise_points` evaluations.
 
 * A rise **opens** at the `patience`-th evaluation in a row above the best so far by at
   least `min_rise` (3%) and `z` (3) noise sigmas, if the latest of them is not the lowest
-  (a loss coming back down is not rising); one equal to the best is never above it (an eval
-  loss at exactly 0 has a margin of 0, and told "0 -> 0" every three evaluations).  Patience 3 is early stopping's usual setting
-  (Keras and Hugging Face `EarlyStopping(patience=...)`).  Its onset is the best step:
+  (a loss coming back down is not rising); one equal to the best is never above it (an
+  eval loss at exactly 0 has a margin of 0, and told "0 -> 0" every three evaluations).
+  Patience 3 is early stopping's usual setting (Keras and Hugging Face
+  `EarlyStopping(patience=...)`).  Its onset is the best step:
   where early stopping would have stopped.  Keras IMDB's validation loss (best 0.275 at
   epoch 4, then 0.285, 0.286, 0.324 ... 0.518 at epoch 19) opens at epoch 7; Marian's
   back-translation blocks (best 1.323, then +2.5%, +5.6%, +8.3% ...) three evaluations
