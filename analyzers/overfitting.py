@@ -187,8 +187,7 @@ class EvalRiseDetector:
         sigmas: on a flat eval loss of pure noise, three evaluations in a row that far above
         the best are rare, where z sigmas above it are crossed every few dozen."""
         c = self.config
-        bias = np.sqrt(2 * np.log(np.maximum(np.asarray(pool, float), 1.0)))
-        return np.maximum(c.min_rise * np.abs(best), (c.z + bias) * np.asarray(sigma))
+        return np.maximum(c.min_rise * np.abs(best), (c.z + _luck(pool)) * np.asarray(sigma))
 
     def _held_margin(self, best: np.ndarray | float, sigma: np.ndarray | float, pool: np.ndarray | int):
         """The lower margin `held_points` evaluations in a row must each clear: `held_z`
@@ -196,8 +195,7 @@ class EvalRiseDetector:
         known (a noise of 0 puts it out of reach)."""
         c = self.config
         sigma = np.asarray(sigma, float)
-        bias = np.sqrt(2 * np.log(np.maximum(np.asarray(pool, float), 1.0)))
-        return np.where(sigma > 0, np.maximum(c.sure_rise * np.abs(best), (c.held_z + bias) * sigma), np.inf)
+        return np.where(sigma > 0, np.maximum(c.sure_rise * np.abs(best), (c.held_z + _luck(pool)) * sigma), np.inf)
 
     def _patience(self, pool: np.ndarray | int, points: int | None = None) -> np.ndarray:
         """Evaluations in a row above the margin that open a rise, for a best that is the
@@ -333,6 +331,12 @@ class EvalRiseDetector:
                 "rise": rise, "evaluations": s.evals, "first": s.first, "lowest_of": s.pool - s.evals,
             },
         )
+
+
+def _luck(pool: np.ndarray | int) -> np.ndarray:
+    """How many noise sigmas the lowest of `pool` evaluations lies below their level:
+    about sqrt(2 ln m)."""
+    return np.sqrt(2 * np.log(np.maximum(np.asarray(pool, float), 1.0)))
 
 
 def _streak_start(up: np.ndarray, patience: np.ndarray) -> int:
