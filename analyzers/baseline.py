@@ -67,9 +67,10 @@ class Baseline:
 
     def __init__(self, values: np.ndarray, config: BaselineConfig = BaselineConfig()) -> None:
         self.values, self.config = values, config
-        level, falling = _rising_median(values, config)
+        level, falling, newer = _rising_median(values, config)
         self.level = _shift(level)  # NaN where too few earlier points
         self._falling = _shift(falling, False)
+        self._newer = newer  # the median of the newer half window, as `following` takes it when that is its width
 
     @cached_property
     def following(self) -> np.ndarray:
@@ -78,7 +79,7 @@ class Baseline:
         if not self._falling.any():
             return self.level
         k = self.config.follow_points
-        recent = _shift(_move_median(self.values, k, min(self.config.min_points, k)))
+        recent = _shift(self._newer if k == max(self.config.window // 2, 1) else _move_median(self.values, k, min(self.config.min_points, k)))
         out = self.level.copy()
         out[self._falling] = np.fmin(out[self._falling], recent[self._falling])
         return out
@@ -307,16 +308,18 @@ def _move_median(a: np.ndarray, window: int, least: int) -> np.ndarray:
     return bn.move_median(padded, window, min_count=least)[window - len(a) :]
 
 
-def _rising_median(values: np.ndarray, config: BaselineConfig) -> tuple[np.ndarray, np.ndarray]:
+def _rising_median(values: np.ndarray, config: BaselineConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Median of the last `window` points, extrapolated to the newest along a rising slope,
-    and where the slope falls.
+    where the slope falls, and the median of the newer half window (the following level
+    takes it too: one pass of the slowest step, not two).
 
     The slope comes from the medians of the whole window and of its newer half, whose
     centres lie a quarter window apart."""
     window = config.window
     half = max(window // 2, 1)
     whole = _move_median(values, window, min(config.min_points, window))
-    slope = _move_median(values, half, min(config.min_points, half))
+    newer = _move_median(values, half, min(config.min_points, half))
+    slope = newer.copy()
     # whole + max(slope, 0) * (window - 1) / 2, with slope = (newer - whole) / (window / 4)
     slope -= whole
     slope /= window / 4
@@ -324,4 +327,4 @@ def _rising_median(values: np.ndarray, config: BaselineConfig) -> tuple[np.ndarr
     np.clip(slope, 0, None, out=slope)
     slope *= (window - 1) / 2
     slope += whole
-    return slope, falling
+    return slope, falling, newer
