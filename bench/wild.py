@@ -5,9 +5,9 @@ wolf): what losswatch warns of on each, against labels made by eye before it ran
 The files are other people's and are not in this repository: each run is named
 `<owner>__<repository>` and its file is that repository's `trainer_state.json` at the
 `path` and `commit` its label gives, as read on 2026-12-04.  Put them in one directory
-under those names.  Each part is scored apart: `tuning` (runs that
-drove changes, or were looked at with their alerts) and `untuned` (labelled and committed
-before losswatch ever ran on them, and never tuned on).
+under those names.  Each part is scored apart: `tuning` (runs that drove changes, or were
+looked at with their alerts) and `untuned` (labelled and committed before losswatch ever
+ran on them, and never tuned on).
 
     .venv/bin/python bench/wild.py DIR                       # this checkout
     .venv/bin/python bench/wild.py DIR --code /tmp/lw-main   # old beside new
@@ -72,7 +72,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("dir", type=Path, help="the trainer_state.json files, named <owner>__<repository>.json")
     parser.add_argument("--code", type=Path, help="a checkout of the old code (e.g. main), run beside this one")
-    parser.add_argument("--show-untuned", action="store_true", help="also list the untuned part's false warnings (looked at, it is no longer untuned)")
+    parser.add_argument("--show-untuned", action="store_true", help="also list the untuned part's misses and false warnings (once looked at, tuning on them makes it tuning)")
     args = parser.parse_args()
     runs = json.loads(LABELS.read_text())["runs"]
     files = [args.dir / f"{r['run']}.json" for r in runs]

@@ -57,8 +57,8 @@ def test_divergence_onset_is_where_the_loss_left_its_floor_not_the_noisiest_low(
 
 def test_a_spike_long_after_a_divergence_was_told_does_not_take_it_back():
     """The rise is the news; a jump 1,500 steps into it is its consequence (a seq2seq loss
-    climbing 5x from 0.003, then jumping where the climb steepens).  Live, the divergence
-    told at once stays out when the spike comes."""
+    creeping up from 0.0023, then jumping where the climb steepens on its way to 14x).
+    Live, the divergence told first stays out when the spike comes."""
     steps = np.arange(5000)
     loss = np.where(steps < 3000, 2.0, 2.0 * (1 + (steps - 3000) / 2000)) * (1 + 0.02 * np.random.default_rng(1).standard_normal(5000))
     loss[4500:] *= 3
