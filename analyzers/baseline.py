@@ -79,7 +79,8 @@ class Baseline:
         if not self._falling.any():
             return self.level
         k = self.config.follow_points
-        recent = _shift(self._newer if k == max(self.config.window // 2, 1) else _move_median(self.values, k, min(self.config.min_points, k)))
+        newer = self._newer if k == max(self.config.window // 2, 1) else _move_median(self.values, k, min(self.config.min_points, k))
+        recent = _shift(newer)
         out = self.level.copy()
         out[self._falling] = np.fmin(out[self._falling], recent[self._falling])
         return out

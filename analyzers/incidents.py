@@ -111,8 +111,8 @@ def after_warm_restart(spike: Finding, restarts: list[tuple[int, int | None, int
     meant.  Unless the loss did not come back (divergent) one cycle (the schedule's last,
     from its restart or peak to this restart) after the onset, at the tag's last step
     `now`: with 10,000-step cycles a loss stays up longer than the slow horizon, and only a
-    loss still up when the schedule has had its cycle to bring it down is news.  Decided from steps alone, so that a stream
-    cut anywhere decides it alike."""
+    loss still up when the schedule has had its cycle to bring it down is news.  Decided
+    from steps alone, so that a stream cut anywhere decides it alike."""
     if spike.kind is not Kind.LOSS_SPIKE:
         return False
     after = max(config.follow_points * int(spike.evidence.get("interval", 1)), config.follow_steps)

@@ -20,11 +20,11 @@ A loss spike whose onset falls within the restart, the first `follow_points` (5)
 own logged points after it or the first `follow_steps` (25) steps is the restart's doing
 and is not reported, unless it is still divergent a whole cycle after its onset
 (`incidents.after_warm_restart`): a loss the schedule has had its cycle to bring down and
-did not is news.  A restart's cycle is the
-steps from where the cycle it ends began (the previous restart, or the LR's last new high:
-the end of the first warm-up) to it.  With 10,000-step cycles the loss stays up longer
-than the spike detector's 1,000-step slow horizon, and each restart was shown live as a
-critical divergent spike until the loss came down.  Over 150 such runs (30 seeds of 5
+did not is news.  A restart's cycle is the steps from where the cycle it ends began (the
+previous restart, or the LR's last new high: the end of the first warm-up) to it.  With
+10,000-step cycles the loss stays up longer than the spike detector's 1,000-step slow
+horizon, and each restart was shown live as a critical divergent spike until the loss
+came down.  Over 150 such runs (30 seeds of 5
 shapes) the loss's onsets fell 0-5 points after the LR's jump, as a spike's rise takes up
 to `rise_points` (5).  A real run answers more slowly: the char-LM at twice the LR without
 clipping (`charlm_sgdr_hot_c`, bench/labels trained tuning) climbs over 10-20 steps after
