@@ -42,8 +42,8 @@ def analyze_run(run: RunSeries, config: AnalysisConfig = AnalysisConfig()) -> li
 
 def _analyze(run: RunSeries, config: AnalysisConfig) -> list[Finding]:
     losses = run.with_role(Role.LOSS) + run.with_role(Role.EVAL_LOSS)
-    spike_detector = LossSpikeDetector(config.spikes)
-    spikes = [f for s in losses for f in spike_detector.detect(s)]
+    detectors = {role: LossSpikeDetector(config.spikes, evaluations=role is Role.EVAL_LOSS) for role in (Role.LOSS, Role.EVAL_LOSS)}
+    spikes = [f for s in losses for f in detectors[s.role].detect(s)]
     explosions = [f for s in run.with_role(Role.GRAD_NORM) for f in GradNormDetector(config.grad_norm).detect(s)]
     explosions, spikes = join_explosions(explosions, spikes, config.incident_steps)
     lr_restarts = [

@@ -208,7 +208,7 @@ def _detectors(role: Role, config: AnalysisConfig) -> dict[str, Any]:
     p = config.plateau
     out: dict[str, Any] = {"nonfinite": NonFiniteDetector(config.nonfinite)}
     if role in _LOSSES:
-        out["spike"] = LossSpikeDetector(config.spikes)
+        out["spike"] = LossSpikeDetector(config.spikes, evaluations=role is Role.EVAL_LOSS)
     if role is Role.GRAD_NORM:
         out["grad"] = GradNormDetector(config.grad_norm)
     if role is Role.LOSS_SCALE:

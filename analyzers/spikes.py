@@ -54,6 +54,14 @@ the planted jumps, 132 of 133 where 85 were), and alerts away from any 6-sigma c
 went from 19 to 14; the tuning logs' scores did not move.  A rising or flat curve keeps the
 level and sigma (a smoothly climbing validation loss has almost no second differences).
 
+**An eval loss before its sigma is known.**  The baseline measures nothing before a tag's
+~40th point, which is most of a fine-tune's eval loss (it evaluates a few dozen times).
+There, an evaluation starts a spike when it rises over the one before by `early_margin` (5)
+x the largest such rise so far and by at least `early_rise` (10%), standing half that over
+each of the three before (`_early_onsets`): a char-LM's eval loss, falling smoothly, jumped
++11% at its 14th evaluation when its LR went x5.  Train losses reach 40 points within
+minutes and are noisier; they wait for their sigma.
+
 There is no ratio floor (+0.6 nats on a 3.9-nat loss is a large event): only `min_quanta`
 steps of the values' rounding (representable steps of the stored precision, or the decimals
 a logger printed), so a bf16 loss, or one printed to 3 decimals, never alerts on rounding.  The
@@ -105,7 +113,7 @@ from typing import Any, NamedTuple
 import bottleneck as bn
 import numpy as np
 
-from analyzers.baseline import Baseline, BaselineConfig, memory, row_medians, trailing_baseline
+from analyzers.baseline import MAD_TO_SIGMA, Baseline, BaselineConfig, memory, row_medians, trailing_baseline
 from analyzers.findings import Finding, Kind, Severity, SpikeClass
 from analyzers.series import Series
 from analyzers.stream import StreamState
@@ -127,6 +135,8 @@ class SpikeConfig:
     long_points: int = 16  # or the median of 16 points in a row ...
     long_z: float = 2.5  # ... 2.5 sigmas up: a jump that stays, each point within the noise
     min_quanta: float = 2.0  # at least 2 representable steps above the level (bf16 rounding)
+    early_margin: float = 5.0  # an eval loss before its sigma is known: a rise 5x the largest so far ...
+    early_rise: float = 0.1  # ... and at least 10% over the evaluation before
     local_margin: float = 1.5  # down a falling curve, sigma at most 1.5x the spread of second differences
     rise_points: int = 5  # a spike gains most of its height within this many points; slower is a trend
     confirm_points: int = 3  # still above the band at its 3rd point: fires as pending
@@ -231,6 +241,12 @@ class _Onsets(NamedTuple):
     index: np.ndarray
     z: np.ndarray
     threshold: np.ndarray
+    level: np.ndarray  # NaN: the baseline's level and sigma at the onset
+    sigma: np.ndarray
+
+
+def _no_onsets() -> _Onsets:
+    return _Onsets(np.zeros(0, np.int64), *(np.zeros(0) for _ in range(4)))
 
 
 _SEVERITY = {
@@ -242,8 +258,10 @@ _SEVERITY = {
 
 
 class LossSpikeDetector:
-    def __init__(self, config: SpikeConfig = SpikeConfig()) -> None:
+    def __init__(self, config: SpikeConfig = SpikeConfig(), evaluations: bool = False) -> None:
+        """`evaluations`: the tag is an eval loss, whose first points the early rule judges."""
         self.config = config
+        self.evaluations = evaluations
         c = config
         settle = max(c.settle_steps, c.settle_points)
         needed = max(memory(c.baseline), settle + 1, c.recovery_window + c.recovery_points, c.rise_points + 1)
@@ -303,23 +321,23 @@ class LossSpikeDetector:
             (closed if spike.end is not None else followed).append(spike)
             if spike.recovered and spike.onset_step + spike.slow == resume_step:  # the newest spike is back
                 resume = min(resume, spike.end or 0)
-        onsets, onset_z, onset_bar = self._onsets(w, base, z, bars, held)
-        steps = w.step[onsets - w.first]
-        while len(onsets):
+        onsets = self._onsets(w, base, z, bars, held)
+        steps = w.step[onsets.index - w.first]
+        while len(onsets.index):
             # the next onset, in the order they are decided, after where the newest spike
             # came back, or past its slow horizon
-            free = np.flatnonzero((onsets >= resume) | (steps > resume_step))
+            free = np.flatnonzero((onsets.index >= resume) | (steps > resume_step))
             if not len(free):
                 break
             k = int(free[0])
-            begun = self._begin(w, base, int(onsets[k]), float(onset_z[k]), float(onset_bar[k]), first_step)
+            begun = self._begin(w, base, _Onsets(*(float(a[k]) for a in onsets)), first_step)
             spike = self._advance(begun, w)
             (closed if spike.end is not None else followed).append(spike)
             if len(followed) > MAX_FOLLOWED:
                 closed.append(self._give_up(followed.pop(0), w))
             resume = max(spike.end, spike.onset + 1) if spike.recovered and spike.end is not None else _NEVER
             resume_step = spike.onset_step + spike.slow
-            onsets, steps, onset_z, onset_bar = onsets[k + 1 :], steps[k + 1 :], onset_z[k + 1 :], onset_bar[k + 1 :]
+            onsets, steps = _Onsets(*(a[k + 1 :] for a in onsets)), steps[k + 1 :]
         new_state = SpikeState(
             count=state.count + int(finite.sum()),
             first_step=first_step,
@@ -402,18 +420,33 @@ class LossSpikeDetector:
         return bar
 
     def _onsets(self, w: _Window, base: Baseline, z: np.ndarray, bars: np.ndarray, held: _Held) -> _Onsets:
-        """The points that could start a spike, with their z and threshold: far enough above
-        the level (in sigmas and in representable steps) and sudden, either the point itself
-        or the median of it and the `confirm_points - 1` points after it, with the point at
-        least half that high (a jump that stays, starting at the point).  A point is judged
-        once the points after it are known, so the same onsets come out however the series
-        is cut: those of this feed are the positions from `confirm_points - 1` before its
-        first new point.  `bars` and `held.bar` end at the window's last point."""
+        """The points that could start a spike, by every rule, in the order they are decided:
+        a point by the short rules once the `confirm_points - 1` after it are known, by the
+        long rule once `long_points - 1` are, so the same onsets come out however the series
+        is cut."""
         c = self.config
         lag = c.confirm_points - 1
-        lo, hi = max(w.new - lag, 0), len(w.value) - lag  # the points judged now: [lo, hi)
+        lo, hi = max(w.new - lag, 0), len(w.value) - lag  # the points judged now by the short rules: [lo, hi)
+        short = _joined(self._short_onsets(w, base, z, bars, held, lo, hi), self._early_onsets(w, base, lo, hi))
+        long = self._long_onsets(w, base, held)
+        if not len(long.index):
+            return short
+        decided = np.concatenate([short.index + lag, long.index + c.long_points - 1])
+        order = np.lexsort((np.concatenate([short.index, long.index]), decided))
+        return _Onsets(*(np.concatenate([a, b])[order] for a, b in zip(short, long)))
+
+    def _short_onsets(
+        self, w: _Window, base: Baseline, z: np.ndarray, bars: np.ndarray, held: _Held, lo: int, hi: int
+    ) -> _Onsets:
+        """The points in [lo, hi) far enough above the level (in sigmas and in representable
+        steps) and sudden, either the point itself or the median of it and the
+        `confirm_points - 1` points after it, with the point at least half that high (a
+        jump that stays, starting at the point).  `bars` and `held.bar` end at the window's
+        last point."""
+        c = self.config
+        lag = c.confirm_points - 1
         if hi <= lo:
-            return _Onsets(np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
+            return _no_onsets()
         point_z, point_bar = z[lo:hi], bars[len(bars) - (len(w.value) - lo) :][: hi - lo]
         held_z, held_bar = held.z[lo + lag :], held.bar[len(held.bar) - (hi - lo) :]
         # past a threshold is rare: the rest of the rules are judged at those points only
@@ -428,15 +461,55 @@ class LossSpikeDetector:
         stays = _sudden(held_value, level, lowest, quantum, c.min_quanta) & (held_z > held_bar) & first_half
         hit = np.flatnonzero(point | stays)
         own = point[hit]
-        short = _Onsets(w.first + p[hit], np.where(own, point_z[hit], held_z[hit]), np.where(own, point_bar[hit], held_bar[hit]))
-        long = self._long_onsets(w, base, held)
-        if not len(long.index):
-            return short
-        # in the order they are decided: a point by the short rules once the
-        # `confirm_points - 1` after it are known, by the long rule once `long_points - 1` are
-        decided = np.concatenate([short.index + lag, long.index + c.long_points - 1])
-        order = np.lexsort((np.concatenate([short.index, long.index]), decided))
-        return _Onsets(*(np.concatenate([a, b])[order] for a, b in zip(short, long)))
+        unset = np.full(len(hit), np.nan)
+        return _Onsets(
+            w.first + p[hit], np.where(own, point_z[hit], held_z[hit]), np.where(own, point_bar[hit], held_bar[hit]),
+            unset, unset,
+        )
+
+    def _early_onsets(self, w: _Window, base: Baseline, lo: int, hi: int) -> _Onsets:
+        """An eval loss's points in [lo, hi) before the baseline knows a sigma (its first ~40
+        evaluations: most of a fine-tune's, which evaluates a few dozen times): one starts a
+        spike when it rises over the evaluation before by `early_margin` (5) x the largest
+        rise from one evaluation to the next so far and by at least `early_rise` (10%), stands
+        half that over each of the three before (a rebound from a one-point dip is no rise),
+        from the baseline's `min_points`-th point on, on a loss above zero (a rise from
+        exactly 0, or of an objective below 0, has no scale).  Its level is the evaluation
+        before; its sigma, the spread of the changes so far (rough: it only widens the band).
+        A char-LM's eval loss, falling smoothly to 1.414 by its 13th evaluation, jumped to
+        1.567 (+11%) when the LR went x5 and was back two evaluations later
+        (`charlm_lr_jump_c`, bench/labels trained tuning); 10% is the overfitting detector's
+        `sure_rise`, 5 sigmas of the noisiest eval loss in the tuning logs.  The run's own
+        largest rise sets the bar, as its blips do later, with a wide margin because it is
+        the largest of a few: under noise as heavy-tailed as Student's t with 4 degrees of
+        freedom, a rise m times the largest of n comes by chance about m^-4 / (n + 1) of the
+        time.  On 500 flat eval losses of 40 evaluations with 3% such noise, 4 warned at 5x,
+        8 at 3x and 19 at 2x (tests/test_spikes.py).  Train losses are not judged so: they
+        reach 40 points within minutes, and their noise is too wild for a rule this blind
+        (3x would have reported blips in the first 40 steps of two char-LM runs)."""
+        c = self.config
+        start = max(lo, c.baseline.min_points)
+        if not self.evaluations or w.first or hi <= start:
+            return _no_onsets()
+        p = start + np.flatnonzero(np.isnan(base.sigma[start:hi]))
+        if not len(p):
+            return _no_onsets()
+        v = w.value[: p[-1] + 1]
+        positive = np.minimum.accumulate(v) > 0
+        change = np.where(positive[:-1], v[1:] / np.where(positive[:-1], v[:-1], 1.0) - 1, np.inf)
+        largest = np.maximum.accumulate(change)  # largest[j - 1]: of the changes into points 1..j
+        level = v[p - 1]
+        bar = np.maximum(c.early_margin * np.maximum(largest[p - 2], 0.0), c.early_rise) * level
+        lowest = v[np.maximum(p[:, None] - np.arange(c.rise_points + 1), 0)].min(axis=1)
+        sudden = _sudden(v[p], level, lowest, base.quantum[p], c.min_quanta)
+        recent = v[p[:, None] - np.arange(1, c.confirm_points + 1)].max(axis=1)
+        not_rebound = v[p] - recent > 0.5 * bar  # half of it over each of the last 3: no rebound from a dip
+        hit = np.flatnonzero(positive[p] & (v[p] - level > bar) & not_rebound & sudden)
+        if not len(hit):
+            return _no_onsets()
+        p, level, bar = p[hit], level[hit], bar[hit]
+        sigma = np.array([_change_spread(v[:k], float(base.quantum[k])) for k in p])
+        return _Onsets(w.first + p, (v[p] - level) / sigma, bar / sigma, level, sigma)
 
     def _long_onsets(self, w: _Window, base: Baseline, held: _Held) -> _Onsets:
         """Points that start a jump that stays while each point stays within the noise: the
@@ -456,14 +529,14 @@ class LossSpikeDetector:
         lag, n = c.long_points - 1, c.long_points
         lo, hi = max(w.new - lag, 0), len(w.value) - lag  # the points judged now: [lo, hi)
         if hi <= lo or n <= c.confirm_points:
-            return _Onsets(np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
+            return _no_onsets()
         p = np.arange(lo, hi)
         bar = np.where(w.first + p >= c.held_after_blocks * c.tail_block, c.long_z, c.z)
         level, sigma = base.level[lo:hi], base.sigma[lo:hi]
         within = bn.move_max(held.value, n - c.confirm_points + 1)[lo + lag : hi + lag]
         maybe = np.flatnonzero(within > level + bar * sigma)
         if not len(maybe):
-            return _Onsets(np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
+            return _no_onsets()
         p, bar, sigma = p[maybe], bar[maybe], sigma[maybe]
         # where the curve was heading: a rising level carried to the middle of the points
         heading = np.maximum(base.level[p] - base.level[np.maximum(p - n, 0)], 0) / n
@@ -483,21 +556,25 @@ class LossSpikeDetector:
         stays = row_medians(after[:, n // 2 :]) - row_medians(after[:, : n // 2]) <= 0.5 * rise
         sudden = _sudden(median, level, lowest, quantum, c.min_quanta) & first_half & jumped & stays
         hit = np.flatnonzero((z > bar) & sudden)
-        return _Onsets(w.first + p[hit], z[hit], bar[hit])
+        unset = np.full(len(hit), np.nan)
+        return _Onsets(w.first + p[hit], z[hit], bar[hit], unset, unset)
 
-    def _begin(
-        self, w: _Window, base: Baseline, onset: int, z: float, threshold: float, first_step: int | None
-    ) -> Followed:
-        """A spike at `onset`: its level, band and horizons in the run's own time."""
+    def _begin(self, w: _Window, base: Baseline, found: _Onsets, first_step: int | None) -> Followed:
+        """A spike at the onset `found` (one of each field): its level, band and horizons in
+        the run's own time."""
         c = self.config
+        onset, z, threshold = int(found.index), float(found.z), float(found.threshold)
         i = w.at(onset)
         s = w.step
         gaps = np.sort(np.diff(s[max(0, i - c.baseline.window) : i + 1]))  # the median gap: the logging interval
         interval = max(1, int((gaps[(len(gaps) - 1) // 2] + gaps[len(gaps) // 2]) / 2)) if len(gaps) else 1
         age = int(s[i]) - (first_step if first_step is not None else int(s[i]))
-        level, sigma = float(base.level[i]), float(base.sigma[i])
-        if base.following[i] < level:  # down a falling curve, the sigma the one-point rule measured it in
-            sigma = min(sigma, c.local_margin * float(base.local_sigma[i]))
+        if not math.isnan(found.level):  # the early rule's own
+            level, sigma = float(found.level), float(found.sigma)
+        else:
+            level, sigma = float(base.level[i]), float(base.sigma[i])
+            if base.following[i] < level:  # down a falling curve, the sigma the one-point rule measured it in
+                sigma = min(sigma, c.local_margin * float(base.local_sigma[i]))
         width = max(1, min(c.recovery_window, c.recovery_window // interval))
         # the noise of a median of `width` points is sigma * sqrt(pi / 2 / width)
         spread = c.recovery_z * sigma * np.sqrt(np.pi / 2 / width)
@@ -714,6 +791,23 @@ def _evolve(spike: Followed, **changes: Any) -> Followed:
     new = object.__new__(Followed)
     new.__dict__.update(spike.__dict__, **changes)
     return new
+
+
+def _joined(a: _Onsets, b: _Onsets) -> _Onsets:
+    """Two rules' onsets, decided alike, in the order of their points."""
+    if not len(b.index):
+        return a
+    order = np.argsort(np.concatenate([a.index, b.index]), kind="stable")
+    return _Onsets(*(np.concatenate([x, y])[order] for x, y in zip(a, b)))
+
+
+def _change_spread(values: np.ndarray, quantum: float) -> float:
+    """The robust spread of a noise that moves `values` from point to point: 1.4826 x the
+    median absolute deviation of their differences from the median difference, over
+    sqrt(2) (a difference holds two points' noise), never below the quantum."""
+    steps = np.diff(values)
+    spread = MAD_TO_SIGMA * float(np.median(np.abs(steps - np.median(steps)))) / math.sqrt(2)
+    return max(spread, quantum)
 
 
 def _percentile(rows: np.ndarray, q: float) -> np.ndarray:

@@ -131,3 +131,20 @@ def test_thresholds_of_a_few_blocks_worked_out_in_python_are_numpys(z, tail, cou
     for a, b in zip(few[:2], many[:2]):
         assert a.tobytes() == b.tobytes()
     assert few[2] == many[2]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(2, 30), st.integers(0, 2**32 - 1))
+def test_any_split_of_a_young_eval_loss_finds_what_one_pass_finds(pieces, seed):
+    """The early rule of an eval loss (its first ~40 evaluations): jumps of 5-30% at
+    random evaluations of a smooth fall, a few of them back within one to five."""
+    rng = np.random.default_rng(seed)
+    value = (1.3 + 1.3 * np.exp(-np.arange(45) / 4.5)) * (1 + 0.002 * rng.standard_normal(45))
+    for at in rng.integers(8, 45, 3):
+        value[at : at + rng.integers(1, 6)] *= 1 + rng.uniform(0.05, 0.3)
+    step = np.arange(1, 46, dtype=np.int64) * 100 - 1
+    detector = LossSpikeDetector(evaluations=True)
+    cuts = random_cuts(rng, len(step), pieces)
+    found = sorted(feed_in_pieces(detector, step, value, cuts, "eval/loss", checks=2), key=lambda f: f.start_step)
+    series = prepare_series("eval/loss", Role.EVAL_LOSS, TagWrites(step, value, np.zeros(len(step), np.int32)), {})
+    assert found == detector.detect(series)

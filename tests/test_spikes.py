@@ -477,3 +477,57 @@ def test_a_steep_early_fall_with_gaussian_noise_raises_nothing(interval):
     t = np.arange(3000) * interval
     v = (3.2 + 7.6 * np.exp(-t / 150) + 0.8 / np.sqrt(1 + t / 50)) * (1 + 0.01 * np.random.default_rng(5).standard_normal(3000))
     assert LossSpikeDetector().detect(series(v, interval=interval)) == []
+
+
+def evaluations(values: np.ndarray, interval: int = 100):
+    steps = np.arange(1, len(values) + 1, dtype=np.int64) * interval - 1
+    writes = TagWrites(steps, np.asarray(values, float), np.zeros(len(values), np.int32))
+    return prepare_series("eval/loss", Role.EVAL_LOSS, writes, {})
+
+
+def falling_evaluations(points: int = 20) -> np.ndarray:
+    """An eval loss every 100 steps falling smoothly, as the char-LMs' did (2.58 -> 1.41
+    over 13 evaluations)."""
+    return 1.3 + 1.3 * np.exp(-np.arange(points) / 4.5)
+
+
+def test_a_jump_of_an_eval_loss_too_short_for_a_sigma_is_a_spike():
+    # charlm_lr_jump_c: 1.414 -> 1.567 (+11%) at its 14th evaluation when the LR went x5,
+    # back two evaluations later; the baseline knows no sigma before a tag's 40th point
+    v = falling_evaluations()
+    v[13:16] *= [1.14, 1.08, 1.02]
+    f = only(LossSpikeDetector(evaluations=True).detect(evaluations(v)))
+    assert (f.start_step, f.peak_step, f.classification) == (1399, 1399, SpikeClass.FAST_RECOVERING)
+    assert f.baseline == pytest.approx(v[12]) and f.recovery_steps == 100
+    # a train loss logs points fast enough to wait for its sigma: noisier, and no evaluation
+    assert LossSpikeDetector().detect(series(v, interval=100)) == []
+
+
+def test_an_eval_loss_rebounding_from_a_dip_is_no_spike():
+    v = falling_evaluations()
+    v[12] *= 0.92  # 8% under the curve, then back on it: +14% over the point before
+    assert LossSpikeDetector(evaluations=True).detect(evaluations(v)) == []
+
+
+def test_an_eval_loss_at_zero_or_below_has_no_early_spike():
+    """A rise has no scale from 0 (an eval loss at exactly 0), nor for an objective below 0."""
+    at_zero = np.concatenate([falling_evaluations(10), np.zeros(5), [0.05, 0.0, 0.0]])
+    below = falling_evaluations() - 2.0
+    below[13] += 0.5
+    for v in (at_zero, below):
+        assert LossSpikeDetector(evaluations=True).detect(evaluations(v)) == []
+
+
+@pytest.mark.parametrize("shape", ["falling", "flat"])
+def test_the_first_40_evaluations_of_noise_rarely_raise_a_warning(shape):
+    # 3% Student-t noise (4 degrees of freedom) on every evaluation: a rise 5x the largest
+    # so far comes by chance about 5^-4 / (n + 1) of the time after n; at 2x, 19 of the 500
+    # flat series warned, at 3x 8, at 5x 4
+    t = np.arange(40)
+    level = 1.3 + 1.4 * np.exp(-t / 5) if shape == "falling" else np.full(40, 0.7)
+    detector = LossSpikeDetector(evaluations=True)
+    warned = 0
+    for seed in range(500):
+        noise = 0.03 * np.random.default_rng(seed).standard_t(4, 40)
+        warned += any(f.severity >= Severity.WARNING for f in detector.detect(evaluations(level * (1 + noise))))
+    assert warned <= 5
