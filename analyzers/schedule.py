@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import bottleneck as bn
 import numpy as np
 
 from analyzers.findings import Finding, Kind, Severity
@@ -162,5 +163,5 @@ def _lowest_before(values: np.ndarray, first: int, points: int) -> np.ndarray:
     """At each of `values[first:]`, the lowest of the `points` values before it (inf for
     the first value of all)."""
     padded = np.concatenate([np.full(points, np.inf), values])
-    windows = np.lib.stride_tricks.sliding_window_view(padded, points)  # windows[i]: the `points` before values[i]
-    return windows[first : len(values)].min(axis=1)
+    # the minimum of padded[i : i + points] (the `points` before values[i]) stands at i + points - 1
+    return bn.move_min(padded, points)[first + points - 1 : len(values) + points - 1]

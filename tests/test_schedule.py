@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from analyzers.findings import Kind, Severity, SpikeClass
 from analyzers.roles import Role
 from analyzers.runstream import feed_run, start_run
-from analyzers.schedule import WarmRestartDetector
+from analyzers.schedule import WarmRestartDetector, _lowest_before
 from analyzers.series import Series, TagWrites, logging_interval
 from analyzers.stream import feed_in_pieces
 from tests.curves import clean_curve, plant_spike, restart_curve
@@ -193,3 +193,12 @@ def test_any_split_of_a_run_on_warm_restarts_finds_what_one_shot_finds(i, shares
     writes = curve.writes()
     state, found, open_ = stream(writes, (), shares, tail)
     assert _norm(found) == _batch(writes, ())[0]
+
+
+@given(st.lists(st.floats(1e-8, 1.0), min_size=1, max_size=60), st.integers(0, 59), st.integers(1, 8))
+def test_the_lowest_of_the_values_before_each_point_is_a_plain_minimum(values, first, points):
+    """`_lowest_before` (a moving minimum) against the minimum of each window taken by hand."""
+    v = np.array(values)
+    first = min(first, len(v) - 1)
+    expected = [min(v[max(i - points, 0) : i], default=np.inf) for i in range(first, len(v))]
+    assert _lowest_before(v, first, points).tolist() == expected
