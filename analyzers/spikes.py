@@ -486,7 +486,7 @@ class LossSpikeDetector:
         time.  On 500 flat eval losses of 40 evaluations with 3% such noise, 4 warned at 5x,
         8 at 3x and 19 at 2x (tests/test_spikes.py).  Train losses are not judged so: they
         reach 40 points within minutes, and their noise is too wild for a rule this blind
-        (3x would have reported blips in the first 40 steps of two char-LM runs)."""
+        (2x reported blips in the first 40 steps of two char-LM runs, 3x in one)."""
         c = self.config
         start = max(lo, c.baseline.min_points)
         if not self.evaluations or w.first or hi <= start:
