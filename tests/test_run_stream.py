@@ -238,3 +238,21 @@ def test_an_eval_rise_judged_again_after_the_tail_left_its_highest_point_keeps_i
     writes = _bumped_with_evals(seed).writes()
     state, found, open_ = stream(writes, (), [0.5])
     assert (_norm(found), run_health(state, open_).to_dict()) == _batch(writes, ())
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cuts)
+def test_an_early_eval_spike_is_found_in_any_split(shares):
+    """A young eval loss's jump (the early rule of analyzers/spikes.py), fed with its train
+    loss in any split, is found as one shot finds it."""
+    steps = np.arange(1, 2001, dtype=np.int64)
+    train = 1.3 + 1.3 * np.exp(-steps / 450) * (1 + 0.02 * np.random.default_rng(3).standard_normal(2000))
+    evals = steps[99::100]
+    value = 1.3 + 1.3 * np.exp(-np.arange(20) / 4.5)
+    value[13:16] *= [1.14, 1.08, 1.02]
+    zero = np.zeros(2000, np.int32)
+    writes = {"train/loss": TagWrites(steps, train, zero), "eval/loss": TagWrites(evals, value, zero[:20])}
+    batch = _batch(writes, ())
+    assert [f[:3] for f in batch[0] if f[1] == "loss_spike"] == [(1400, "loss_spike", "eval/loss")]
+    state, found, open_ = stream(writes, (), shares)
+    assert (_norm(found), run_health(state, open_).to_dict()) == batch
