@@ -253,12 +253,18 @@ def _clip_warmup(ax: Axes, series: Series) -> None:
 
 
 def _draw_baseline(ax: Axes, series: Series, config: BaselineConfig) -> None:
-    """The baseline and noise band the spike detector measured each point against.  A
-    trailing median has no spikes to lose, so an even stride of it is enough."""
+    """The baseline and noise band the spike detector measured each point against, where
+    it knows both: before a tag's ~40th point it measures nothing against them (a young
+    eval loss is judged against the evaluation before, and its trailing median, lagging
+    above a steep fall, would be drawn over the curve).  A trailing median has no spikes to
+    lose, so an even stride of it is enough."""
     if len(series.fvalue) == 0:
         return
     base = trailing_baseline(series.fvalue, config)
     keep = np.unique(np.linspace(0, len(series.fvalue) - 1, MAX_POINTS).astype(np.int64))
+    keep = keep[np.isfinite(base.sigma[keep])]
+    if not len(keep):
+        return
     step, level, sigma = series.fstep[keep], base.level[keep], base.sigma[keep]
     ax.fill_between(
         step, level - BAND_SIGMAS * sigma, level + BAND_SIGMAS * sigma, color="#888888", alpha=0.3, lw=0,

@@ -263,3 +263,17 @@ def test_a_loss_logged_as_running_means_is_drawn_worked_back_over_the_means_as_l
     fig = plot.draw_run(str(path), read_path(str(path)).runs[path.name])
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert {"train/loss, per batch (from 250-step epoch means)", "train/loss as logged (epoch means)"} <= set(legend)
+
+
+def test_a_young_eval_loss_is_drawn_with_its_spike_and_no_baseline(tmp_path):
+    """20 evaluations: the spike detector measures nothing against a trailing median yet (it
+    would lag over the curve), so none is drawn; the early rule's spike is."""
+    (tmp_path / "run").mkdir()
+    value = 1.3 + 1.3 * np.exp(-np.arange(20) / 4.5)
+    value[13:16] *= [1.14, 1.08, 1.02]
+    events = [scalar_event(100 * (i + 1), "eval/loss", float(v)) for i, v in enumerate(value)]
+    write_events(tmp_path / "run" / "events.out.tfevents.1", [file_version(), *events])
+    root = svg_of(tmp_path / "run", tmp_path)
+    drawn = panel(root, "loss")
+    assert {"series-eval/loss", "spike-fast_recovering-1400"} <= drawn
+    assert not {"baseline", "noise-band"} & drawn

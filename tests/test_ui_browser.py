@@ -351,8 +351,9 @@ def test_the_loss_chart_draws_the_detectors_baseline_and_noise_band(samples_serv
     assert (body["averaged"], body["losses"]) == (0, [])  # logged as it is
     level = np.array([np.nan if p[1] is None else p[1] for p in body["points"]])
     sigma = np.array([np.nan if p[2] is None else p[2] for p in body["points"]])
-    np.testing.assert_allclose(level, expected.level, equal_nan=True)
+    np.testing.assert_allclose(level, np.where(np.isfinite(expected.sigma), expected.level, np.nan), equal_nan=True)
     np.testing.assert_allclose(sigma, expected.sigma, equal_nan=True)
+    assert np.isnan(level[:39]).all() and np.isfinite(level[40:]).all()  # none before a sigma is known
     zoomed = httpx.get(samples_server + "/v1/runs/bad_batch/baseline", params={"tag": "train/loss", "start": 1400, "end": 1600, "max_points": 50}).json()
     steps = [p[0] for p in zoomed["points"]]
     assert len(steps) == 50 and steps[0] == 1400 and steps[-1] == 1600
@@ -380,7 +381,8 @@ def test_a_loss_logged_as_running_means_is_drawn_worked_back_over_the_means_as_l
         assert body["averaged"] == period == 200
         np.testing.assert_allclose([v for _, v in body["losses"]], batches)
         expected = trailing_baseline(batches, AnalysisConfig().spikes.baseline)  # the band the detectors measure against
-        np.testing.assert_allclose([np.nan if p[1] is None else p[1] for p in body["points"]], expected.level, equal_nan=True)
+        level = np.where(np.isfinite(expected.sigma), expected.level, np.nan)  # none before a sigma is known
+        np.testing.assert_allclose([np.nan if p[1] is None else p[1] for p in body["points"]], level, equal_nan=True)
         errors = []
         page = opened(browser, base + "/run?name=keras", errors)
         loss = page.locator(".chart[data-tag='train/loss']")

@@ -24,8 +24,9 @@ def band_points(
     steps: np.ndarray, values: np.ndarray, config: BaselineConfig, start: int | None, end: int | None, max_points: int,
 ) -> list[tuple[int, float | None, float | None]]:
     """[step, baseline, sigma] at an even stride of at most `max_points` of the finite points
-    between `start` and `end` (null where too few earlier points are known).  A trailing median
-    has no spikes to lose, so a stride is enough."""
+    between `start` and `end` (both null where too few earlier points are known for a sigma:
+    the spike detector measures nothing against them there, as `losswatch plot` draws).  A
+    trailing median has no spikes to lose, so a stride is enough."""
     order = np.argsort(steps, kind="stable")
     steps, values = steps[order], values[order]
     finite = np.isfinite(values)
@@ -38,8 +39,8 @@ def band_points(
         return []
     keep = inside[np.unique(np.linspace(0, len(inside) - 1, max_points).astype(np.int64))]
     level, sigma = base.level[keep], base.sigma[keep]
-    return [(int(s), float(b) if np.isfinite(b) else None, float(g) if np.isfinite(g) else None)
-            for s, b, g in zip(steps[keep], level, sigma)]
+    known = np.isfinite(level) & np.isfinite(sigma)
+    return [(int(s), float(b) if k else None, float(g) if k else None) for s, b, g, k in zip(steps[keep], level, sigma, known)]
 
 
 def as_detected(

@@ -126,7 +126,7 @@ class BaselineResponse(BaseModel):
     tag: str
     sigmas: float = Field(description="the noise band is baseline +/- this many sigmas")
     points: list[tuple[int, float | None, float | None]] = Field(
-        description="[step, baseline, sigma] at an even stride of the finite points; null before enough earlier points")
+        description="[step, baseline, sigma] at an even stride of the finite points; both null until enough earlier points give a sigma")
     averaged: int = Field(0, description=(
         "a train loss logged as its epoch's running mean: the epoch in steps; the band is then that of each "
         "batch's loss, worked back, as the detectors see it (0: the tag as logged)"))
