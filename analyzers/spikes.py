@@ -488,7 +488,7 @@ class LossSpikeDetector:
         reach 40 points within minutes, and their noise is too wild for a rule this blind
         (2x reported blips in the first 40 steps of two char-LM runs, 3x in one)."""
         c = self.config
-        start = max(lo, c.baseline.min_points)
+        start = max(lo, c.baseline.min_points, c.confirm_points + 1)  # the three before it, and a change before those
         if not self.evaluations or w.first or hi <= start:
             return _no_onsets()
         p = start + np.flatnonzero(np.isnan(base.sigma[start:hi]))
