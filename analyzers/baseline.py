@@ -321,11 +321,12 @@ def _rising_median(values: np.ndarray, config: BaselineConfig) -> tuple[np.ndarr
     whole = _move_median(values, window, min(config.min_points, window))
     newer = _move_median(values, half, min(config.min_points, half))
     slope = newer.copy()
-    # whole + max(slope, 0) * (window - 1) / 2, with slope = (newer - whole) / (window / 4)
+    # whole + max(slope, 0) * (window + 1) / 2, with slope = (newer - whole) / (window / 4): from
+    # the window's middle to the point after its newest, the one it is the level of
     slope -= whole
     slope /= window / 4
     falling = slope < 0
     np.clip(slope, 0, None, out=slope)
-    slope *= (window - 1) / 2
+    slope *= (window + 1) / 2
     slope += whole
     return slope, falling, newer
