@@ -310,9 +310,10 @@ def _move_median(a: np.ndarray, window: int, least: int) -> np.ndarray:
 
 
 def _rising_median(values: np.ndarray, config: BaselineConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Median of the last `window` points, extrapolated to the newest along a rising slope,
-    where the slope falls, and the median of the newer half window (the following level
-    takes it too: one pass of the slowest step, not two).
+    """The median of the last `window` points, extrapolated along a rising slope to the
+    point after them (the one it is the level of); where the slope falls; and the median
+    of the newer half window (the following level takes it too: one pass of the slowest
+    step, not two).
 
     The slope comes from the medians of the whole window and of its newer half, whose
     centres lie a quarter window apart."""
