@@ -533,9 +533,13 @@ def test_the_first_40_evaluations_of_noise_rarely_raise_a_warning(shape):
     assert warned <= 5
 
 
-@pytest.mark.parametrize("values", [np.linspace(1, 5, 500), -np.linspace(5, 1, 500), np.linspace(10, 14, 500)])
-def test_a_straight_climb_without_noise_raises_no_spike(values):
-    """The level is carried along the slope to the point itself: one step short of it, a
-    straight line stood one step over its level, in a sigma of float64 rounding (62 spikes
-    on the objective climbing from -5 to -1)."""
+@pytest.mark.parametrize("values", [
+    np.linspace(1, 5, 500), -np.linspace(5, 1, 500), np.linspace(10, 14, 500), np.exp(np.linspace(0, 2, 500)),
+    np.linspace(1, 3, 1000) ** 2,
+])
+def test_a_smooth_climb_without_noise_raises_no_spike(values):
+    """The level is carried along the slope to the point itself (one step short of it, a
+    straight line stood one step over its level, in a sigma of float64 rounding: 62 spikes
+    on the objective climbing from -5 to -1), and a convex climb is measured over the lag it
+    keeps over its level (13 spikes on the exponential)."""
     assert LossSpikeDetector().detect(series(values)) == []
