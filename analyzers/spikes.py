@@ -330,7 +330,7 @@ class LossSpikeDetector:
             if not len(free):
                 break
             k = int(free[0])
-            begun = self._begin(w, base, _Onsets(*(float(a[k]) for a in onsets)), first_step)
+            begun = self._begin(w, base, _Onsets(*(a[k] for a in onsets)), first_step)
             spike = self._advance(begun, w)
             (closed if spike.end is not None else followed).append(spike)
             if len(followed) > MAX_FOLLOWED:
@@ -427,13 +427,17 @@ class LossSpikeDetector:
         c = self.config
         lag = c.confirm_points - 1
         lo, hi = max(w.new - lag, 0), len(w.value) - lag  # the points judged now by the short rules: [lo, hi)
-        short = _joined(self._short_onsets(w, base, z, bars, held, lo, hi), self._early_onsets(w, base, lo, hi))
-        long = self._long_onsets(w, base, held)
-        if not len(long.index):
-            return short
-        decided = np.concatenate([short.index + lag, long.index + c.long_points - 1])
-        order = np.lexsort((np.concatenate([short.index, long.index]), decided))
-        return _Onsets(*(np.concatenate([a, b])[order] for a, b in zip(short, long)))
+        rules = (  # each rule's onsets, and the points after an onset it waits for
+            (self._short_onsets(w, base, z, bars, held, lo, hi), lag),
+            (self._early_onsets(w, base, lo, hi), lag),
+            (self._long_onsets(w, base, held), c.long_points - 1),
+        )
+        found = [(onsets, wait) for onsets, wait in rules if len(onsets.index)]
+        if len(found) <= 1:  # one rule's onsets are in the order of their points
+            return found[0][0] if found else _no_onsets()
+        decided = np.concatenate([onsets.index + wait for onsets, wait in found])
+        order = np.lexsort((np.concatenate([onsets.index for onsets, _ in found]), decided))
+        return _Onsets(*(np.concatenate(field)[order] for field in zip(*(onsets for onsets, _ in found))))
 
     def _short_onsets(
         self, w: _Window, base: Baseline, z: np.ndarray, bars: np.ndarray, held: _Held, lo: int, hi: int
@@ -791,14 +795,6 @@ def _evolve(spike: Followed, **changes: Any) -> Followed:
     new = object.__new__(Followed)
     new.__dict__.update(spike.__dict__, **changes)
     return new
-
-
-def _joined(a: _Onsets, b: _Onsets) -> _Onsets:
-    """Two rules' onsets, decided alike, in the order of their points."""
-    if not len(b.index):
-        return a
-    order = np.argsort(np.concatenate([a.index, b.index]), kind="stable")
-    return _Onsets(*(np.concatenate([x, y])[order] for x, y in zip(a, b)))
 
 
 def _change_spread(values: np.ndarray, quantum: float) -> float:
