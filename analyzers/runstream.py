@@ -105,8 +105,8 @@ class StateOutdated(Exception):
 
 
 # Raise when any detector's state changes shape (or the way it is packed at rest).
-STATE_FORMAT = 10
-READ_FORMATS = (10,)  # 10: a divergence keeps where it was first told
+STATE_FORMAT = 11
+READ_FORMATS = (11,)  # 11: a spike's point rule decides at the point, and waits for the newest spike's recovery to be known
 
 
 # -- the state --------------------------------------------------------------------------

@@ -38,8 +38,9 @@ level was heading, most of it gained at the first point, and holding rather than
 (`_long_onsets`; an LR x5 on the char-LM, `charlm_lr_jump_c`, lifts the loss +25% for 250
 steps, 3.2 sigmas for its 3-point medians and 3.1 for the 16-point one, which no healthy
 stretch of the tuning runs brings past 1.4).  Each point is judged once the points its
-rule needs after it are known, and onsets are taken in the order they are decided, so
-every rule sees the same points however a series is cut.
+rule needs after it are known (the one-point rule: at the point itself), and onsets are
+taken in the order they are decided, after where the newest spike came back and no sooner
+than that was known, so every rule sees the same points however a series is cut.
 
 **Down a falling curve** the one-point rule measures against the baseline's following level
 (the median of the last 16 points, lagging 8 where the level lags 16), in a sigma at most
@@ -75,6 +76,13 @@ median of 3 points in a row stands `far_rise` over the level: 2x, "a loss that j
 stayed"), as is one not back within the fast horizon; its class then changes as data
 arrives.  A one-point spike back at the next point is reported only once its class is
 known, as fast-recovering (info), so LLM runs with frequent small spikes stay quiet.
+Where the points after the onset span more than `prompt_steps` (50) steps, waiting costs
+more than the 60 steps a sudden event may take to be told: a word-LM logged every 200
+batches (`ext2_wordlm_gru_b`) was told 600 steps after its spike, a char-LM's eval loss
+every 100 steps 200-400 after its jump (`charlm_lr_jump_c`, `charlm_interval_lr_jump`).
+There a spike is reported at its onset, `pending` as info (a receiver hears of it only if
+it asks for info), a warning once confirmed; one that then keeps climbing is a trend's and
+is withdrawn (the service resolves its alert, saying so).
 
 **Recovery and class, in the run's own time.**  A spike is back when the loss is within
 its band (the level plus `recovery_z` sigmas of a median, or `recovery_tolerance` of the
@@ -140,6 +148,7 @@ class SpikeConfig:
     local_margin: float = 1.5  # down a falling curve, sigma at most 1.5x the spread of second differences
     rise_points: int = 5  # a spike gains most of its height within this many points; slower is a trend
     confirm_points: int = 3  # still above the band at its 3rd point: fires as pending
+    prompt_steps: int = 50  # ... or at its onset, as info, where those points span more steps
     far_rise: float = 1.0  # pending is critical while 3 points in a row stand 2x the level
     recovery_z: float = 2.0  # back within 2 sigmas (of a median) of the pre-spike level ...
     recovery_tolerance: float = 0.05  # ... or within 5% of it
@@ -186,6 +195,8 @@ class Followed(StreamState):
     seen_step: int
     top_value: float  # the highest value up to `seen`
     confirmed: bool | None  # its first `confirm_points` points all above the band (None: not seen yet)
+    prompt: bool  # logged coarsely: reported from its onset, at info until alerted
+    known: int  # once recovered: the index where that became known (its recovery window's last point)
     alerted: bool
     critical: bool
     why: str  # why it was called divergent; "" until it is
@@ -206,8 +217,8 @@ class SpikeState(StreamState):
     block_max: float  # max z so far in the current tail block
     held_tail: np.ndarray  # the same for z of the medians of `confirm_points` points
     held_block_max: float
-    bars: np.ndarray  # thresholds of the last confirm_points - 1 points, not yet judged
-    resume: int  # the next onset is at this index or later ...
+    resume: int  # the next onset is at this index or later, decided at `resume_known` or later ...
+    resume_known: int  # (the newest spike's recovery is known there: a live run knew no sooner)
     resume_step: int  # ... or past this step (the newest spike's slow horizon)
     followed: tuple[Followed, ...]
 
@@ -275,7 +286,7 @@ class LossSpikeDetector:
 
     def start(self) -> SpikeState:
         nothing = np.zeros(0)
-        return SpikeState(0, None, np.zeros(0, np.int64), nothing, nothing, -np.inf, nothing, -np.inf, nothing, 0, -1, ())
+        return SpikeState(0, None, np.zeros(0, np.int64), nothing, nothing, -np.inf, nothing, -np.inf, 0, 0, -1, ())
 
     def feed(
         self, state: SpikeState, step: np.ndarray, value: np.ndarray, tag: str = ""
@@ -305,7 +316,6 @@ class LossSpikeDetector:
         base = trailing_baseline(w.value, c.baseline)
         z = _point_z(w.value, base, c.local_margin)
         bar, tail, block_max = self._thresholds(state.count, state.tail, state.block_max, z[w.new :], c.z)
-        bars = np.concatenate([state.bars, bar]) if len(state.bars) else bar
         held_value = _move_median(w.value, c.confirm_points)
         held_z = _lagged_z(held_value, base.level, base.sigma, c.confirm_points - 1)
         held_bar, held_tail, held_block_max = self._thresholds(
@@ -315,18 +325,18 @@ class LossSpikeDetector:
 
         closed: list[Followed] = []
         followed: list[Followed] = []
-        resume, resume_step = state.resume, state.resume_step
+        resume, resume_known, resume_step = state.resume, state.resume_known, state.resume_step
         for spike in state.followed:
             spike = self._advance(spike, w)
             (closed if spike.end is not None else followed).append(spike)
             if spike.recovered and spike.onset_step + spike.slow == resume_step:  # the newest spike is back
-                resume = min(resume, spike.end or 0)
-        onsets = self._onsets(w, base, z, bars, held)
+                resume, resume_known = min(resume, spike.end or 0), spike.known
+        onsets, decided = self._onsets(w, base, z, bar, held)
         steps = w.step[onsets.index - w.first]
         while len(onsets.index):
             # the next onset, in the order they are decided, after where the newest spike
             # came back, or past its slow horizon
-            free = np.flatnonzero((onsets.index >= resume) | (steps > resume_step))
+            free = np.flatnonzero(((onsets.index >= resume) & (decided >= resume_known)) | (steps > resume_step))
             if not len(free):
                 break
             k = int(free[0])
@@ -335,9 +345,12 @@ class LossSpikeDetector:
             (closed if spike.end is not None else followed).append(spike)
             if len(followed) > MAX_FOLLOWED:
                 closed.append(self._give_up(followed.pop(0), w))
-            resume = max(spike.end, spike.onset + 1) if spike.recovered and spike.end is not None else _NEVER
+            if spike.recovered and spike.end is not None:
+                resume, resume_known = max(spike.end, spike.onset + 1), spike.known
+            else:
+                resume, resume_known = _NEVER, _NEVER
             resume_step = spike.onset_step + spike.slow
-            onsets, steps = _Onsets(*(a[k + 1 :] for a in onsets)), steps[k + 1 :]
+            onsets, decided, steps = _Onsets(*(a[k + 1 :] for a in onsets)), decided[k + 1 :], steps[k + 1 :]
         new_state = SpikeState(
             count=state.count + int(finite.sum()),
             first_step=first_step,
@@ -347,13 +360,13 @@ class LossSpikeDetector:
             block_max=block_max,
             held_tail=held_tail,
             held_block_max=held_block_max,
-            bars=bars[len(bars) - min(len(bars), c.confirm_points - 1) :].copy(),
             resume=int(resume),
+            resume_known=int(resume_known),
             resume_step=int(resume_step),
             followed=tuple(followed),
         )
         done = [self._finding(tag, s, w) for s in closed if not s.climb]
-        still = [self._finding(tag, s, w) for s in followed if s.alerted and not s.climb]
+        still = [self._finding(tag, s, w) for s in followed if (s.alerted or s.prompt) and not s.climb]
         return new_state, done, still
 
     # -- onsets -------------------------------------------------------------------------
@@ -365,9 +378,8 @@ class LossSpikeDetector:
         over the `tail_blocks` complete tail blocks before its own, never below `floor`
         (nor below `z` before `held_after_blocks` blocks are known); and the block maxima
         to keep.  A point at or below `floor` is below its threshold whatever the tail, so
-        the tail's percentile is taken only for blocks with a point past `floor` and for
-        those of the last `confirm_points - 1` points (kept in the state): the other
-        blocks' points get +inf, which nothing reads but `z > threshold`."""
+        the tail's percentile is taken only for blocks with a point past `floor`: the
+        other blocks' points get +inf, which nothing reads but `z > threshold`."""
         c = self.config
         size, kept = c.tail_block, c.tail_blocks
         if not len(z):
@@ -380,9 +392,7 @@ class LossSpikeDetector:
         peaks[0] = max(peaks[0], block_max)
         done = (count + len(z)) // size - first  # blocks of this feed now complete
         history = np.concatenate([tail, np.where(np.isfinite(peaks[:done]), peaks[:done], 0.0)])
-        judged = peaks > floor
-        judged[(count + max(len(z) - c.confirm_points + 1, 0)) // size - first :] = True
-        rows = np.flatnonzero(judged)
+        rows = np.flatnonzero(peaks > floor)
         if len(rows) <= FEW_ROWS:
             bar = np.array(self._few_bars(history.tolist(), len(tail), rows.tolist(), blocks, floor))
         else:
@@ -419,60 +429,68 @@ class LossSpikeDetector:
             bar[k] = max(floor_now, c.tail_margin * (below + (above - below) * (at - lo)))
         return bar
 
-    def _onsets(self, w: _Window, base: Baseline, z: np.ndarray, bars: np.ndarray, held: _Held) -> _Onsets:
-        """The points that could start a spike, by every rule, in the order they are decided:
-        a point by the short rules once the `confirm_points - 1` after it are known, by the
-        long rule once `long_points - 1` are, so the same onsets come out however the series
-        is cut."""
+    def _onsets(
+        self, w: _Window, base: Baseline, z: np.ndarray, bar: np.ndarray, held: _Held
+    ) -> tuple[_Onsets, np.ndarray]:
+        """The points that could start a spike, by every rule, in the order they are decided,
+        and where each is decided: a point by its own height at once, by the median of it
+        and the `confirm_points - 1` after it once those are known, by the long rule once
+        `long_points - 1` are, so the same onsets come out however the series is cut.
+        `bar`: the new points' thresholds."""
         c = self.config
         lag = c.confirm_points - 1
-        lo, hi = max(w.new - lag, 0), len(w.value) - lag  # the points judged now by the short rules: [lo, hi)
         rules = (  # each rule's onsets, and the points after an onset it waits for
-            (self._short_onsets(w, base, z, bars, held, lo, hi), lag),
-            (self._early_onsets(w, base, lo, hi), lag),
+            (self._point_onsets(w, base, z, bar), 0),
+            (self._early_onsets(w, base), 0),
+            (self._held_onsets(w, base, held), lag),
             (self._long_onsets(w, base, held), c.long_points - 1),
         )
         found = [(onsets, wait) for onsets, wait in rules if len(onsets.index)]
         if len(found) <= 1:  # one rule's onsets are in the order of their points
-            return found[0][0] if found else _no_onsets()
+            onsets, wait = found[0] if found else (_no_onsets(), 0)
+            return onsets, onsets.index + wait
         decided = np.concatenate([onsets.index + wait for onsets, wait in found])
         order = np.lexsort((np.concatenate([onsets.index for onsets, _ in found]), decided))
-        return _Onsets(*(np.concatenate(field)[order] for field in zip(*(onsets for onsets, _ in found))))
+        return _Onsets(*(np.concatenate(field)[order] for field in zip(*(onsets for onsets, _ in found)))), decided[order]
 
-    def _short_onsets(
-        self, w: _Window, base: Baseline, z: np.ndarray, bars: np.ndarray, held: _Held, lo: int, hi: int
-    ) -> _Onsets:
-        """The points in [lo, hi) far enough above the level (in sigmas and in representable
-        steps) and sudden, either the point itself or the median of it and the
-        `confirm_points - 1` points after it, with the point at least half that high (a
-        jump that stays, starting at the point).  `bars` and `held.bar` end at the window's
-        last point."""
+    def _point_onsets(self, w: _Window, base: Baseline, z: np.ndarray, bar: np.ndarray) -> _Onsets:
+        """The new points far enough above the level, in sigmas and in representable steps,
+        and sudden: decided at the point itself, so a coarsely logged spike is known at its
+        onset.  `bar`: the new points' thresholds."""
+        c = self.config
+        at = np.flatnonzero(z[w.new :] > bar)  # past a threshold is rare: the rest is judged there only
+        if not len(at):
+            return _no_onsets()
+        p = w.new + at  # window positions
+        lowest = w.value[np.maximum(p[:, None] - np.arange(c.rise_points + 1), 0)].min(axis=1)
+        hit = np.flatnonzero(_sudden(w.value[p], base.level[p], lowest, base.quantum[p], c.min_quanta))
+        unset = np.full(len(hit), np.nan)
+        return _Onsets(w.first + p[hit], z[p[hit]], bar[at[hit]], unset, unset)
+
+    def _held_onsets(self, w: _Window, base: Baseline, held: _Held) -> _Onsets:
+        """The points that start a jump that stays: the median of the point and the
+        `confirm_points - 1` after it far enough above the level (and sudden), the point
+        itself at least half that high.  Decided once those points are known; `held.bar`
+        ends at the window's last point."""
         c = self.config
         lag = c.confirm_points - 1
+        lo, hi = max(w.new - lag, 0), len(w.value) - lag  # the points judged now: [lo, hi)
         if hi <= lo:
             return _no_onsets()
-        point_z, point_bar = z[lo:hi], bars[len(bars) - (len(w.value) - lo) :][: hi - lo]
         held_z, held_bar = held.z[lo + lag :], held.bar[len(held.bar) - (hi - lo) :]
-        # past a threshold is rare: the rest of the rules are judged at those points only
-        at = np.flatnonzero((point_z > point_bar) | (held_z > held_bar))
-        point_z, point_bar, held_z, held_bar = point_z[at], point_bar[at], held_z[at], held_bar[at]
+        at = np.flatnonzero(held_z > held_bar)  # rare: the rest is judged there only
+        if not len(at):
+            return _no_onsets()
         p = lo + at  # window positions
-        value, level, quantum = w.value[p], base.level[p], base.quantum[p]
+        value, level, held_value = w.value[p], base.level[p], held.value[p + lag]
         lowest = w.value[np.maximum(p[:, None] - np.arange(c.rise_points + 1), 0)].min(axis=1)
-        point = _sudden(value, level, lowest, quantum, c.min_quanta) & (point_z > point_bar)
-        held_value = held.value[p + lag]
         first_half = value - level >= 0.5 * (held_value - level)  # the jump starts at the point, not after it
-        stays = _sudden(held_value, level, lowest, quantum, c.min_quanta) & (held_z > held_bar) & first_half
-        hit = np.flatnonzero(point | stays)
-        own = point[hit]
+        hit = np.flatnonzero(_sudden(held_value, level, lowest, base.quantum[p], c.min_quanta) & first_half)
         unset = np.full(len(hit), np.nan)
-        return _Onsets(
-            w.first + p[hit], np.where(own, point_z[hit], held_z[hit]), np.where(own, point_bar[hit], held_bar[hit]),
-            unset, unset,
-        )
+        return _Onsets(w.first + p[hit], held_z[at[hit]], held_bar[at[hit]], unset, unset)
 
-    def _early_onsets(self, w: _Window, base: Baseline, lo: int, hi: int) -> _Onsets:
-        """An eval loss's points in [lo, hi) before the baseline knows a sigma (its first ~40
+    def _early_onsets(self, w: _Window, base: Baseline) -> _Onsets:
+        """An eval loss's new points before the baseline knows a sigma (its first ~40
         evaluations: most of a fine-tune's, which evaluates a few dozen times): one starts a
         spike when it rises over the evaluation before by `early_margin` (5) x the largest
         rise from one evaluation to the next so far and by at least `early_rise` (10%), stands
@@ -492,7 +510,8 @@ class LossSpikeDetector:
         reach 40 points within minutes, and their noise is too wild for a rule this blind
         (2x reported blips in the first 40 steps of two char-LM runs, 3x in one)."""
         c = self.config
-        start = max(lo, c.baseline.min_points, c.confirm_points + 1)  # the three before it, and a change before those
+        hi = len(w.value)
+        start = max(w.new, c.baseline.min_points, c.confirm_points + 1)  # the three before it, and a change before those
         if not self.evaluations or w.first or hi <= start:
             return _no_onsets()
         p = start + np.flatnonzero(np.isnan(base.sigma[start:hi]))
@@ -591,7 +610,8 @@ class LossSpikeDetector:
             threshold=threshold, interval=interval, width=width, fast=fast, slow=slow,
             watch=watch, settle=max(c.settle_points, c.settle_steps // interval), searched=onset + 1, summed=onset,
             area=0.0, peak=onset, peak_step=int(s[i]), peak_value=float(w.value[i]), seen=onset - 1,
-            seen_step=int(s[i]), top_value=float(w.value[i]), confirmed=None, alerted=False, critical=False,
+            seen_step=int(s[i]), top_value=float(w.value[i]), confirmed=None,
+            prompt=(c.confirm_points - 1) * interval > c.prompt_steps, known=_NEVER, alerted=False, critical=False,
             why="", nonfinite_step=None, recovered=False, climb=False, end=None, end_step=None,
         )
 
@@ -645,7 +665,10 @@ class LossSpikeDetector:
             beyond = np.flatnonzero(~valid)
             if len(hits) and (not len(beyond) or hits[0] < beyond[0]):
                 end = int(where[hits[0]])
-                return _evolve(self._sum(spike, w, end + 1), recovered=True, end=w.first + end, end_step=int(s[end]))
+                known = w.first + a + int(hits[0]) + span - 1
+                return _evolve(
+                    self._sum(spike, w, end + 1), recovered=True, end=w.first + end, end_step=int(s[end]), known=known
+                )
             if len(beyond):
                 end = max(int(np.searchsorted(s, limit, side="right")) - 1, w.at(spike.summed) - 1)
                 why = spike.why if spike.nonfinite_step is not None else f"not back within {spike.watch} steps"
@@ -757,7 +780,9 @@ class LossSpikeDetector:
             past = spike.seen_step - spike.onset_step > spike.slow
             why = spike.why or (f"not back within {spike.slow} steps" if past else "")
             kind = SpikeClass.DIVERGENT if why else SpikeClass.PENDING
-        severity = Severity.CRITICAL if kind is SpikeClass.PENDING and spike.critical else _SEVERITY[kind]
+        severity = _SEVERITY[kind]
+        if kind is SpikeClass.PENDING:
+            severity = Severity.CRITICAL if spike.critical else severity if spike.alerted else Severity.INFO
         ratio = spike.peak_value / spike.level if spike.level > 0 else None
         return Finding(
             kind=Kind.LOSS_SPIKE,

@@ -25,6 +25,7 @@ from analyzers.runstream import (
     run_health,
     start_run,
 )
+from app.alerts.lifecycle import REWRITTEN, WITHDRAWN
 from app.analysis import Alert, AnalysisFailed, fingerprint
 from app.store import alerts as stored_alerts
 from app.store import runs as stored_runs
@@ -51,7 +52,7 @@ class Advance:
 class Advanced:
     alerts: list[Alert]
     health: RunHealth
-    vanishing: frozenset[str] | None  # alerts whose absence means "no longer seen"; None: any
+    vanishing: Mapping[str, str] | None  # alerts whose absence means "no longer seen", with why; None: any
     advance: Advance
 
 
@@ -73,11 +74,14 @@ def advance(conn: Connection, run: StoredRun, config: AnalysisConfig,
                 # fed with other settings or saved in another format: no checkpoint will do, from the start
                 raise NeedsReplay({"*": -1})
             new, closed, still = feed_run(state, writes, resumes, config, run.name)
-            vanishing = None if saved is None else shown
+            vanishing = None if saved is None else dict.fromkeys(shown, WITHDRAWN)
             replayed = None
         except NeedsReplay as e:
             new, closed, still, base_points, positions, after = _replay(conn, run, e.rewrites, resumes, config)
-            vanishing = None if base_points == 0 else shown | _rewritten(conn, run, after)
+            if base_points:  # shown but not seen again: withdrawn, unless its steps were fed again
+                vanishing = {**dict.fromkeys(shown, WITHDRAWN), **dict.fromkeys(_rewritten(conn, run, after), REWRITTEN)}
+            else:
+                vanishing = None
             replayed = base_points
         health = run_health(new, still, config)
     except AnalysisFailed:

@@ -100,7 +100,7 @@ class Assessment:
     error: str | None = None
     health: dict | None = None  # the run's health summary (analyzers/health.py)
     stream: incremental.Advance | None = None  # the streaming state it reached, saved when applied
-    vanishing: frozenset[str] | None = None  # alerts whose absence means "no longer seen" (None: any)
+    vanishing: Mapping[str, str] | None = None  # alerts whose absence means "no longer seen", with why (None: any)
 
 
 @dataclass(frozen=True)
@@ -190,13 +190,13 @@ def alerts_to_evaluate(conn: Connection, assessed: Sequence[tuple[StoredRun, Ass
 
 def record_changes(
     conn: Connection, run: StoredRun, stored: dict[str, AlertRecord], current: list[Alert], last_step: int | None,
-    webhooks: Sequence[str], now: float, vanishing: frozenset[str] | None = None,
+    webhooks: Sequence[str], now: float, vanishing: Mapping[str, str] | None = None,
 ) -> list[Reported]:
     """Move these alerts along, keep their changes and queue their deliveries (not for
     alerts silenced, by their flag or by an active silence; each receiver spec in `webhooks`
     gets one message of the changes it routes to); returns the changes to report.
-    `vanishing`: the alerts whose absence from `current` means they are no longer seen
-    (None: any; see `evaluate`)."""
+    `vanishing`: the alerts whose absence from `current` means they are no longer seen,
+    with why (None: any; see `evaluate`)."""
     records, events = evaluate(stored, current, last_step, now, vanishing)
     stored_alerts.save_alerts(conn, run.id, [r for r in records if stored.get(r.id) != r])  # an open alert seen again, unchanged: no write
     if not events:

@@ -5,12 +5,13 @@ whole history gives (`lifecycle.evaluate` of every stored alert)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 import sqlalchemy as sa
 
 from analyzers.findings import Finding, Kind, Severity, SpikeClass
-from app.alerts.lifecycle import AlertRecord, evaluate
+from app.alerts.lifecycle import REWRITTEN, AlertRecord, evaluate
 from app.analysis import Alert, fingerprint
 from app.liveness import STALE
 from app.store import alerts as stored_alerts
@@ -38,7 +39,7 @@ def history(store, *analyses: list[Alert], last_step: int = 1000) -> None:
         analysed(store, current, None, T0 + i, last_step)
 
 
-def analysed(store, current: list[Alert], vanishing: frozenset[str] | None, now: float, last_step: int = 1000,
+def analysed(store, current: list[Alert], vanishing: Mapping[str, str] | None, now: float, last_step: int = 1000,
              run_as: dict | None = None) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
     """Apply an analysis to run "r" (its row as stored, with `run_as` changed), and say what
     evaluating the whole stored history would have reported: (changes applied, changes
@@ -52,7 +53,7 @@ def analysed(store, current: list[Alert], vanishing: frozenset[str] | None, now:
 
 
 def _whole_history(run: StoredRun, everything: dict[str, AlertRecord], current: list[Alert], last_step: int,
-                   now: float, vanishing: frozenset[str] | None) -> list[tuple[str, str, str]]:
+                   now: float, vanishing: Mapping[str, str] | None) -> list[tuple[str, str, str]]:
     """The changes `apply` made when it read every alert the run ever had (stale ones are
     judged by time: none here but where a test says so)."""
     detected = {k: r for k, r in everything.items() if r.kind != STALE}
@@ -81,7 +82,7 @@ def test_a_resolved_alert_that_fires_again_fires_under_its_id(store):
     history(store, [collapse], [replace(collapse, finding=replace(collapse.finding, ongoing=False, end_step=300))])
     again = alert(Kind.LOSS_SCALE_COLLAPSE, 700, tag="loss_scale")
     assert again.id == collapse.id
-    changes, expected = analysed(store, [again], frozenset(), T0 + 10)
+    changes, expected = analysed(store, [again], {}, T0 + 10)
     assert changes == expected == [("firing", collapse.id, "")]
     assert rows(store)[collapse.id][:2] == ("firing", None)
 
@@ -90,7 +91,7 @@ def test_a_resolved_divergence_still_inhibits_the_lesser_spikes_after_it_on_its_
     divergence = alert(Kind.DIVERGENCE, 100)
     history(store, [divergence], [replace(divergence, finding=replace(divergence.finding, ongoing=False, end_step=150))])
     later, elsewhere = spike(600), spike(600, tag="other")
-    changes, expected = analysed(store, [later, elsewhere], frozenset(), T0 + 10)  # streaming: the divergence is final
+    changes, expected = analysed(store, [later, elsewhere], {}, T0 + 10)  # streaming: the divergence is final
     assert changes == expected == [("firing", elsewhere.id, "")]
     assert rows(store)[later.id][:2] == ("firing", divergence.id)
 
@@ -99,7 +100,7 @@ def test_an_open_alert_no_longer_seen_resolves_and_a_final_one_is_left_alone(sto
     vanished, final, done = alert(Kind.NONFINITE, 100), alert(Kind.DIVERGENCE, 200), alert(Kind.NONFINITE, 50)
     history(store, [done], [vanished, final])
     before = rows(store)
-    changes, expected = analysed(store, [], frozenset({vanished.id}), T0 + 10)
+    changes, expected = analysed(store, [], {vanished.id: REWRITTEN}, T0 + 10)
     assert changes == expected == [("resolved", vanished.id, "no longer seen: those steps were rewritten")]
     after = rows(store)
     assert (after[final.id], after[done.id]) == (before[final.id], before[done.id])
@@ -110,7 +111,7 @@ def test_an_open_alert_no_longer_seen_resolves_and_a_final_one_is_left_alone(sto
 
 def test_a_stale_alert_resolved_before_fires_again_and_resolves_when_points_arrive(store):
     def at(now: float, last_seen: float) -> list[tuple[str, str]]:
-        return [c[:2] for c in analysed(store, [], frozenset(), now, run_as={"last_seen_at": last_seen, "last_step": 1000})[0]]
+        return [c[:2] for c in analysed(store, [], {}, now, run_as={"last_seen_at": last_seen, "last_step": 1000})[0]]
 
     ((change, stale_id),) = at(T0 + 3600, T0)  # an hour without a point: past the 10-minute floor
     assert change == "firing"

@@ -5,6 +5,8 @@ an alert final in an earlier analysis is left as it is."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import sqlalchemy as sa
@@ -12,7 +14,7 @@ import sqlalchemy as sa
 from analyzers import runstream
 from analyzers.config import AnalysisConfig
 from app import incremental
-from app.alerts.lifecycle import AlertRecord, State, evaluate
+from app.alerts.lifecycle import REWRITTEN, WITHDRAWN, AlertRecord, State, evaluate
 from app.analysis import assess_writes
 from app.scan import scan
 from app.store import alerts as stored_alerts
@@ -20,7 +22,7 @@ from app.store import runs as stored_runs
 from app.store import streams
 from app.store.db import open_store
 from app.store.schema import stream_checkpoints, stream_states
-from tests.curves import running_mean_curve
+from tests.curves import clean_curve, running_mean_curve
 from tests.eventfiles import record, scalar_event, write_events
 
 
@@ -166,7 +168,7 @@ def record_of(alert_id: str, state: State, start: int) -> AlertRecord:
 
 def test_an_alert_final_earlier_is_left_as_it_is_and_one_open_earlier_resolves():
     stored = {"final": record_of("final", State.FIRING, 100), "open": record_of("open", State.FIRING, 200)}
-    records, events = evaluate(stored, [], 500, 1.0, vanishing=frozenset({"open"}))
+    records, events = evaluate(stored, [], 500, 1.0, vanishing={"open": REWRITTEN})
     assert [(e.record.id, e.change.value, e.reason) for e in events] == [
         ("open", "resolved", "no longer seen: those steps were rewritten")
     ]
@@ -227,7 +229,7 @@ def test_http_appends_and_a_rollback_feed_only_new_points(store_url, monkeypatch
 
 def test_http_posts_of_running_means_end_where_one_shot_ends(store_url):
     """A loop posting its epoch's running mean 50 steps a post, each analysed at once: the
-    means as logged raise two info spikes (back at once); the post that brings step 600
+    means as logged raise an info spike (back at once); the post that brings step 600
     shows the epochs, and the run is analysed again from its start, worked back; the jump
     in the batches' loss at 1500 fires in the post that brings it and resolves once back."""
     from tests.service_helpers import service
@@ -241,8 +243,8 @@ def test_http_posts_of_running_means_end_where_one_shot_ends(store_url):
             out = client.post("/v1/runs/k/points", json=body).json()
             assert out["analysis"] == "done"
             changes += [(a, c["change"], c["alert"]["start_step"], c["alert"]["severity"]) for c in out["alerts"]]
-    assert changes == [(300, "firing", 317, "info"), (300, "resolved", 317, "info"), (300, "firing", 320, "info"),
-                       (300, "resolved", 320, "info"), (1500, "firing", 1500, "warning"), (1750, "resolved", 1500, "warning")]
+    assert changes == [(300, "firing", 317, "info"), (300, "resolved", 317, "info"), (1500, "firing", 1500, "warning"),
+                       (1750, "resolved", 1500, "warning")]
     store = open_store(store_url)
     try:
         run, want, health, stored = batch_view(store, "k")
@@ -250,6 +252,26 @@ def test_http_posts_of_running_means_end_where_one_shot_ends(store_url):
         assert {i: stored[i].finding for i in want} == want and run.health == health
     finally:
         store.close()
+
+
+def test_a_spike_told_at_its_onset_that_keeps_climbing_resolves_as_withdrawn(store):
+    """A loss logged every 100 steps, posted a point at a time: a jump is told at once as a
+    pending info spike; it then keeps climbing, a trend's, and resolves saying so."""
+    from app.service.ingest import ingest_json
+    from app.service.settings import Settings
+
+    curve = clean_curve(4, points=300, interval=100, noise=0.01)
+    loss = curve.tags["train/loss"].copy()
+    loss[200] *= 1.15
+    loss[202:] *= 1.12 + 0.04 * np.arange(98)
+    settings = Settings(analysis_interval=0.0, background=False)
+    changes = []
+    for k, (s, v) in enumerate(zip(curve.steps, loss)):
+        body = json.dumps({"points": [{"step": int(s), "tag": "train/loss", "value": float(v)}]}).encode()
+        out = ingest_json(store, "climb", body, False, False, settings, float(k))
+        changes += [(int(s), r.event.change.value, r.event.record.start_step, r.event.record.severity, r.event.reason)
+                    for r in out.changes if r.event.record.kind == "loss_spike"]
+    assert changes == [(20000, "firing", 20000, "info", ""), (20600, "resolved", 20000, "info", WITHDRAWN)]
 
 
 def test_other_settings_start_the_analysis_again(store, tmp_path):

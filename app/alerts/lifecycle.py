@@ -10,8 +10,9 @@ current step and time.  It says what every alert is now and which changes to rep
   replaced: its identity is a fingerprint of run, tag, kind and onset; one that is over
   resolves, with its final class (a spike called divergent that came back: slow-recovering);
 * an alert resolves once, when its condition is over (the spike recovered, the values are
-  finite again) or when the analysis no longer sees it (a rollback rewrote those steps);
-  one that is over by the time it is first seen fires and resolves in the same evaluation;
+  finite again) or when the analysis no longer sees it (a rollback rewrote those steps, or
+  a spike told at its onset kept climbing: a trend's, not a spike); one that is over by
+  the time it is first seen fires and resolves in the same evaluation;
 * a NaN or a divergence on a tag inhibits the lesser spike alerts after it on that tag:
   they are kept, but never reported.
 """
@@ -74,6 +75,8 @@ class Event:
 
 
 INHIBITORS = frozenset({Kind.NONFINITE.value, Kind.DIVERGENCE.value})
+REWRITTEN = "no longer seen: those steps were rewritten"
+WITHDRAWN = "no longer seen: it kept climbing, a trend rather than a spike"
 
 
 def consulted(current: list[Alert]) -> tuple[set[str], set[str]]:
@@ -86,13 +89,14 @@ def consulted(current: list[Alert]) -> tuple[set[str], set[str]]:
 
 def evaluate(
     stored: Mapping[str, AlertRecord], current: list[Alert], last_step: int | None, now: float,
-    vanishing: frozenset[str] | None = None,
+    vanishing: Mapping[str, str] | None = None,
 ) -> tuple[list[AlertRecord], list[Event]]:
     """Every alert's record after this evaluation, and the events to report.
 
     `vanishing`: the stored alerts whose absence from `current` means they are no longer
-    seen (the streaming analysis re-reports only what is still open; one final before is
-    left as it is); None: every one (an analysis of the whole run)."""
+    seen, each with why (`REWRITTEN` or `WITHDRAWN`: the streaming analysis re-reports only
+    what is still open; one final before is left as it is); None: every one, as rewritten
+    (an analysis of the whole run)."""
     seen = {a.id for a in current}
     settled = [] if vanishing is None else [r for r in stored.values() if r.id not in seen and r.id not in vanishing]
     inhibited = _inhibitions(current, settled)
@@ -109,7 +113,8 @@ def evaluate(
             record = replace(old, state=State.RESOLVED, since_step=last_step, since_time=now)
             records.append(record)
             if old.inhibited_by is None:
-                events.append(Event(Change.RESOLVED, record, last_step, "no longer seen: those steps were rewritten"))
+                why = REWRITTEN if vanishing is None else vanishing[old.id]
+                events.append(Event(Change.RESOLVED, record, last_step, why))
     return records, events
 
 
