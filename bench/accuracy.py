@@ -213,25 +213,31 @@ def time_to_alert(corpus, show_heldout: bool) -> None:
     part_of = {(r.run, e): r.part for r in corpus.runs for e in r.required}
     print("\n## Time to first alert, live (chunks of 10 steps)\n")
     print("Steps from the labelled onset to the first response carrying a matching alert change "
-          "(firing, updated or pending), and the points the event's tag logged from its onset to then.\n")
-    print("| part | kind | events | told | median steps | worst steps | median points | worst points | never told |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "(firing, updated or pending), and the points the event's tag logged from its onset to then; "
+          "then the steps to the first such change at warning or worse (what a receiver hears by default), "
+          "for the events that reached one (a fast-recovering spike rightly stays info).\n")
+    print("| part | kind | events | told | median steps | worst steps | median points | worst points | never told "
+          "| warned | median steps to a warning | worst |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for part in labels.PARTS:
         mine = [t for t in timings if part_of[(t.event.run, t.event)] == part]
         for kind in sorted({t.event.kind for t in mine}):
             ts = [t for t in mine if t.event.kind == kind]
             told = [t.delay for t in ts if t.delay is not None]
             points = [t.told_points for t in ts if t.told_points is not None]
+            warned = [t.warning_delay for t in ts if t.warning_delay is not None]
             print(f"| {part} | {kind} | {len(ts)} | {len(told)} | {_median(told)} | {max(told) if told else '-'} | "
-                  f"{_median(points)} | {max(points) if points else '-'} | {len(ts) - len(told)} |")
+                  f"{_median(points)} | {max(points) if points else '-'} | {len(ts) - len(told)} | "
+                  f"{len(warned)} | {_median(warned)} | {max(warned) if warned else '-'} |")
     for part in labels.PARTS:
         if part == "heldout" and not show_heldout:
             continue
-        print(f"\nper event, {part} part (run tag kind @ onset: told after steps, points):")
+        print(f"\nper event, {part} part (run tag kind @ onset: told after steps, points; a warning after steps):")
         for t in timings:
             if part_of[(t.event.run, t.event)] == part:
                 print(f"  {t.event.run} {t.event.tag} {t.event.kind} @ {t.event.step}: "
-                      f"{'never' if t.delay is None else t.delay}, {'-' if t.told_points is None else t.told_points}")
+                      f"{'never' if t.delay is None else t.delay}, {'-' if t.told_points is None else t.told_points}; "
+                      f"{'-' if t.warning_delay is None else t.warning_delay}")
     progress(f"  replay done in {time.monotonic() - started:.0f} s")
 
 

@@ -1,15 +1,17 @@
 """Time to first alert, live: a labelled run is posted into the service's ingest path (the
 same `app.service.ingest.ingest_json` the HTTP endpoint calls, on a SQLite store in a temp
 dir, every request analysed) in chunks of 10 steps, and for each labelled event we record
-the first step at which a response carries a matching alert change.
+the first step at which a response carries a matching alert change, and the first at which
+that change is a warning or worse (what a receiver hears by default: a spike on a coarse
+log is told at its onset as info, a warning only once confirmed).
 
 Real runs are long (the Marian run spans 1.2M updates), so each event is replayed on a
 window: the history before it goes in one request (for a sudden event the 2,000 logged
 points of its tag before it, enough for every baseline; for a trend, divergence, overfitting
 or plateau, the whole run so far, since trends are judged over the run), then 10-step chunks
-from 20 steps before the onset until the alert or a horizon (sudden events: 1,500 steps or
-30 logged points, whichever is longer; trends: the end of the run).  Empty chunks (coarse
-logging) are not posted.
+from 20 steps before the onset until a warning, the matching alert's resolution or a
+horizon (sudden events: 1,500 steps or 30 logged points, whichever is longer; trends: the
+end of the run).  Empty chunks (coarse logging) are not posted.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ HISTORY_POINTS = 2000
 LEAD_STEPS = 20
 SUDDEN_HORIZON_STEPS = 1500
 SUDDEN_HORIZON_POINTS = 30
+TELLING = ("firing", "updated", "pending")
+LOUD = ("warning", "critical")
 
 
 @dataclass(frozen=True)
@@ -49,11 +53,16 @@ class Timing:
     event: Event
     told_step: int | None
     told_points: int | None
+    warned_step: int | None  # the first such change at warning or worse (None: never)
     posts: int
 
     @property
     def delay(self) -> int | None:
         return None if self.told_step is None else self.told_step - self.event.step
+
+    @property
+    def warning_delay(self) -> int | None:
+        return None if self.warned_step is None else self.warned_step - self.event.step
 
 
 class Replayer:
@@ -79,14 +88,21 @@ class Replayer:
         chunk = np.floor_divide(steps, CHUNK_STEPS)
         later = np.flatnonzero((steps >= live) & (steps <= horizon))
         own = steps[tags == run.points.tags.index(event.tag)]
-        posts = 0
+        posts, told, warned = 0, None, None
         for ids in np.split(later, np.flatnonzero(np.diff(chunk[later])) + 1) if len(later) else []:
             changes = self._post(name, run.points.tags, steps[ids], tags[ids], values[ids], times[ids])
             posts += 1
             last = int(steps[ids].max())
-            if any(_tells(c.event, event) for c in changes):
-                return Timing(event, last, int(np.sum((own >= event.step) & (own <= last))), posts)
-        return Timing(event, None, None, posts)
+            mine = [c.event for c in changes if _about(c.event, event)]
+            telling = [e for e in mine if e.change.value in TELLING]
+            told = last if told is None and telling else told
+            if any(e.record.severity in LOUD for e in telling):
+                warned = last
+                break
+            if any(e.change.value == "resolved" for e in mine):  # over: no warning will come
+                break
+        points = None if told is None else int(np.sum((own >= event.step) & (own <= told)))
+        return Timing(event, told, points, warned, posts)
 
     def _post(
         self, name: str, names: tuple[str, ...], steps: np.ndarray, tags: np.ndarray, values: np.ndarray, times: np.ndarray
@@ -101,9 +117,9 @@ class Replayer:
         return ingest_json(self.store, name, body, False, False, self.settings, self.clock).changes
 
 
-def _tells(reported, event: Event) -> bool:
+def _about(reported, event: Event) -> bool:
     r = reported.record
-    return reported.change.value in ("firing", "updated", "pending") and event.matches(r.kind, r.tag, r.start_step)
+    return event.matches(r.kind, r.tag, r.start_step)
 
 
 def _ordered(run: Run) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
