@@ -17,6 +17,7 @@ from analyzers.incidents import (
     overfitting_tells,
     rise_after_warm_restart,
     told_by_loss_nan,
+    unfelt,
 )
 from analyzers.lossscale import LossScaleDetector
 from analyzers.nonfinite import NonFiniteDetector
@@ -55,6 +56,7 @@ def _analyze(run: RunSeries, config: AnalysisConfig) -> list[Finding]:
     reported = [s for s in spikes if not after_warm_restart(s, lr_restarts, config.schedule, now[s.tag])]
     nonfinite = NonFiniteDetector(config.nonfinite).detect(run)
     loss_tags, grad_tags = {s.tag for s in losses}, {s.tag for s in run.with_role(Role.GRAD_NORM)}
+    explosions = unfelt(explosions, spikes + trends + nonfinite, loss_tags, config.incident_steps, config.grad_norm.quiet_points)
     findings = (
         reported
         + explosions

@@ -40,7 +40,10 @@ blip of a char-LM's fp16 grad norm, `charlm_fp16_lr_jump` at step 1736, with the
 unmoved), and a few points of it too (public HF Trainer logs of two classifiers fine-tuned
 to a loss near 0, a CodeBERT run among them, whose norm near 0.03-0.05 jumps to 1-70 for a
 few points every few hundred steps: eight warnings in the two, the loss never moving).  While
-it lasts it is a warning: told early, as an explosion usually leads a loss spike.
+it lasts it is a warning: told early, as an explosion usually leads a loss spike; until the
+loss has gone on `quiet_points` (8) points and `incident_steps` steps with nothing starting
+on it (`analyzers.incidents.unfelt`): a regression fine-tune's norm grew 10-20x as its LR
+warmed up and stayed there, the loss still falling, a warning to the end of its run.
 
 Stuck.  `stuck_points` (50) identical finite values in a row: a norm that is not measured,
 or steps that are skipped.  Unless the values already repeated by their rounding before the
@@ -74,6 +77,7 @@ class GradNormConfig:
     hold_points: int = 200  # longest the level stays frozen in an unstable stretch
     gap_points: int = 3  # this many points below the line end an explosion
     settle_points: int = 8  # an explosion this long that jumps again is a new one
+    quiet_points: int = 8  # one this long and `incident_steps` old, nothing starting on a loss: info
     stuck_points: int = 50  # this many identical values in a row: not really logged ...
     rounding_pairs: int = 128  # ... unless, of the last this many values before the run,
     rounding_share: float = 0.1  # ... this share already equalled the one before them: repeats of rounding
@@ -313,6 +317,7 @@ class GradNormDetector:
             evidence={
                 "orders_of_magnitude": orders,
                 "points": e.points,
+                "length": e.length,
                 "overflows": e.overflows,
                 "calm_level": e.calm,
                 "recent_median": e.recent,

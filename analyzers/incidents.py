@@ -1,9 +1,9 @@
 """Findings of different detectors that are one incident, shared by the one-shot analysis
 (`analyzers.analyze`) and the streaming one (`analyzers.runstream`): a grad-norm explosion
-and the loss spike it leads, a divergence a spike already accounts for, an evaluation
-loss's spike an overfitting finding already tells, a loss spike or an eval loss's rise a
-warm restart of the LR schedule caused, a grad norm's NaN a loss's NaN already told, and a
-grad norm's overflow skip inside its explosion."""
+and the loss spike it leads (or the loss not feeling it), a divergence a spike already
+accounts for, an evaluation loss's spike an overfitting finding already tells, a loss spike
+or an eval loss's rise a warm restart of the LR schedule caused, a grad norm's NaN a loss's
+NaN already told, and a grad norm's overflow skip inside its explosion."""
 
 from __future__ import annotations
 
@@ -60,6 +60,30 @@ def _absorbed(explosion: Finding) -> Finding:
     """An explosion over that no loss spike followed: clipping (or the optimizer) absorbed it."""
     back = "back at the next point" if explosion.evidence.get("points") == 1 else f"back by step {explosion.end_step}"
     return replace(explosion, severity=Severity.INFO, message=f"{explosion.message}; {back} and no loss spike followed")
+
+
+def unfelt(explosions: list[Finding], found: list[Finding], loss_tags: set[str], lead: int, quiet_points: int) -> list[Finding]:
+    """An explosion still going on, `quiet_points` points and `lead` steps past its onset,
+    with nothing starting on a loss since `lead` steps before it (no spike, divergence or
+    NaN among `found` on the `loss_tags`), is informational: the loss has not felt
+    it.  A norm that grows 10-20x as the LR warms up and stays there while the loss keeps
+    falling (a regression fine-tune, `aarugunj27__...` in bench/labels/wild_trainer_states.json)
+    is the run's new level, not an alarm; a live run still hears of it as a warning first,
+    at its second point, since an explosion usually leads a loss spike within `lead` steps."""
+    out = []
+    for e in explosions:
+        length = int(e.evidence.get("length", 0))
+        quiet = (
+            e.kind is Kind.GRAD_NORM_EXPLOSION and e.ongoing and e.severity is Severity.WARNING
+            and "loss_spike_step" not in e.evidence and length >= quiet_points
+            and (e.end_step or e.start_step) - e.start_step >= lead
+            and not any(f.tag in loss_tags and f.kind in _FELT and f.start_step >= e.start_step - lead for f in found)
+        )
+        out.append(replace(e, severity=Severity.INFO, message=f"{e.message}; the loss has not felt it in {length} points") if quiet else e)
+    return out
+
+
+_FELT = (Kind.LOSS_SPIKE, Kind.DIVERGENCE, Kind.NONFINITE)
 
 
 def explained_by_spike(divergence: Finding, spikes: list[Finding]) -> bool:

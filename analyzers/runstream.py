@@ -56,6 +56,7 @@ from analyzers.incidents import (
     rise_after_warm_restart,
     still_up,
     told_by_loss_nan,
+    unfelt,
 )
 from analyzers.lossscale import LossScaleDetector, LossScaleState
 from analyzers.nonfinite import NonFiniteDetector, NonFiniteState, hidden_nan, under_fp16
@@ -684,6 +685,7 @@ def _cross(state: RunState, config: AnalysisConfig) -> list[Finding]:
         f for f in nonfinite
         if not told_by_loss_nan(f, nonfinite, set(losses), set(by_role[Role.GRAD_NORM])) and not inside_explosion(f, explosions)
     ]
+    explosions = unfelt(explosions, spikes + trends + nonfinite, set(losses), config.incident_steps, config.grad_norm.quiet_points)
     scale = [f for _, f in _group(state, "scale")]
     run = RunSeries({tag: series[tag] for tag in tags}, {}, ()) if state.resumes else None
     restarts = []

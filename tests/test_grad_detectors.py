@@ -430,3 +430,27 @@ def test_a_scale_halved_down_to_exactly_zero_is_a_collapse_that_quotes_no_infini
     [f] = LossScaleDetector().detect(prepare_series("loss_scale", Role.LOSS_SCALE, TagWrites(steps, scale, np.zeros(len(scale), np.int32)), {}))
     assert f.severity is Severity.CRITICAL and f.start_step == 100
     assert f.message == "loss_scale fell from 65536 to its floor 0 by step 265 (166 drops): fp16 overflows on most steps"
+
+
+def _lasting_rise(seed: int, nan_at: int | None = None, last: int = 100):
+    """A healthy run whose grad norm rises 15x for its last `last` points (an LR warmed up
+    too far, say) while the loss goes on falling; with the loss NaN for 3 steps at `nan_at`."""
+    curve = clean_curve(seed, points=3000, noise=0.01)
+    curve.tags["train/grad_norm"][-last:] *= 15
+    if nan_at is not None:
+        curve.tags["train/loss"][nan_at : nan_at + 3] = np.nan
+    return prepare_run({tag: TagWrites(curve.steps, v, np.zeros(len(v), np.int32)) for tag, v in curve.tags.items()})
+
+
+def test_an_explosion_going_on_that_the_loss_never_felt_is_info():
+    """A warning while the loss may still answer it; once the loss has gone on for 8 points
+    and 20 steps with nothing starting on it, info, and the message says why."""
+    [quiet] = [f for f in analyze_run(_lasting_rise(7)) if f.kind is Kind.GRAD_NORM_EXPLOSION]
+    assert (quiet.start_step, str(quiet.severity), quiet.ongoing) == (2900, "info", True)
+    assert quiet.message.endswith("; the loss has not felt it in 100 points")
+    [young] = [f for f in analyze_run(_lasting_rise(7, last=5)) if f.kind is Kind.GRAD_NORM_EXPLOSION]
+    assert str(young.severity) == "warning"
+    found = analyze_run(_lasting_rise(7, nan_at=2950))
+    [felt] = [f for f in found if f.kind is Kind.GRAD_NORM_EXPLOSION]
+    assert [(f.tag, f.start_step) for f in found if f.kind is Kind.NONFINITE] == [("train/loss", 2950)]
+    assert str(felt.severity) == "warning" and "not felt" not in felt.message

@@ -256,3 +256,18 @@ def test_an_early_eval_spike_is_found_in_any_split(shares):
     assert [f[:3] for f in batch[0] if f[1] == "loss_spike"] == [(1400, "loss_spike", "eval/loss")]
     state, found, open_ = stream(writes, (), shares)
     assert (_norm(found), run_health(state, open_).to_dict()) == batch
+
+
+def test_a_grad_norm_rise_the_loss_never_felt_is_a_warning_first_then_info_in_any_split():
+    """Live, an explosion is a warning from its second point; once the loss has gone on for
+    8 points with nothing starting on it, the same alert is info, as one pass tells it."""
+    curve = clean_curve(7, points=3000, noise=0.01)
+    curve.tags["train/grad_norm"][-100:] *= 15
+    writes = curve.writes()
+    early = {t: TagWrites(w.step[:2904], w.value[:2904], w.segment[:2904]) for t, w in writes.items()}
+    _, _, open_ = stream(early, (), [0.9])
+    assert [(f.start_step, str(f.severity)) for f in open_ if f.kind.value == "grad_norm_explosion"] == [(2900, "warning")]
+    for cuts in ([0.967], [0.9668, 0.967, 0.9672, 0.99]):
+        state, found, open_ = stream(writes, (), cuts)
+        assert (_norm(found), run_health(state, open_).to_dict()) == _batch(writes, ())
+    assert [str(f.severity) for f in open_ if f.kind.value == "grad_norm_explosion"] == ["info"]
