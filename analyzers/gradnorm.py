@@ -317,7 +317,7 @@ class GradNormDetector:
             evidence={
                 "orders_of_magnitude": orders,
                 "points": e.points,
-                "length": e.length,
+                **({"length": e.length} if ongoing else {}),  # points seen since the onset, while it lasts
                 "overflows": e.overflows,
                 "calm_level": e.calm,
                 "recent_median": e.recent,
