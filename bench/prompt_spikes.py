@@ -4,7 +4,9 @@ the public `trainer_state.json` files bench/wild.py reads) is fed to the spike d
 steps a feed, as a live run posts it.  A spike on a tag logged so coarsely that its 3rd
 point is over `prompt_steps` (50) away is told at its onset as a pending info; this counts
 those, by how they end: back (fast or slow: info or a warning), divergent, still open at
-the end of the run, or withdrawn (it kept climbing: a trend's, its alert resolved).
+the end of the run, or withdrawn (it kept climbing: a trend's, its alert resolved); and
+those back fast that were a warning on the way (still above the band at their 2nd point):
+the warnings a blip cost.
 
     .venv/bin/python bench/prompt_spikes.py [--wild /work/wild]
 
@@ -34,7 +36,7 @@ from bench.realcurves import read_run  # noqa: E402
 from bench.wild import LABELS as WILD_LABELS  # noqa: E402
 
 CHUNK_STEPS = 10
-ENDINGS = ("fast_recovering", "slow_recovering", "divergent", "open at the end", "withdrawn")
+ENDINGS = ("fast_recovering", "slow_recovering", "divergent", "open at the end", "withdrawn", "fast, warned first")
 
 
 def losses(run: Run) -> Iterator[tuple[str, Role, np.ndarray, np.ndarray]]:
@@ -55,14 +57,17 @@ def endings(tag: str, role: Role, step: np.ndarray, value: np.ndarray) -> Counte
     chunk = step // CHUNK_STEPS
     cuts = np.flatnonzero(np.diff(chunk)) + 1
     prompt: set[int] = set()  # onsets told as a pending info
+    warned: set[int] = set()  # and later told as a warning or worse while open
     shown: set[int] = set()
     out: Counter = Counter()
     for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(step)]):
         state, done, still = detector.feed(state, step[a:b], value[a:b], tag)
         prompt |= {f.start_step for f in still if _pending_info(f)}
+        warned |= {f.start_step for f in still if f.start_step in prompt and str(f.severity) != "info"}
         final = {f.start_step: f for f in done}
         out.update("withdrawn" for s in shown - {f.start_step for f in still} - set(final) if s in prompt)
         out.update(f.classification.value for s, f in final.items() if s in prompt)
+        out.update("fast, warned first" for s, f in final.items() if s in warned and f.classification.value == "fast_recovering")
         shown = {f.start_step for f in still}
     out.update("open at the end" for s in shown if s in prompt)
     return out
@@ -100,7 +105,8 @@ def main() -> None:
     print("| corpus | part | told at onset | " + " | ".join(ENDINGS) + " |")
     print("|---|---|---|" + "---|" * len(ENDINGS))
     for (corpus, part), c in counts.items():
-        print(f"| {corpus} | {part} | {sum(c.values())} | " + " | ".join(str(c[e]) for e in ENDINGS) + " |")
+        told = sum(c[e] for e in ENDINGS[:-1])
+        print(f"| {corpus} | {part} | {told} | " + " | ".join(str(c[e]) for e in ENDINGS) + " |")
 
 
 if __name__ == "__main__":
