@@ -195,8 +195,6 @@ class Followed(StreamState):
     seen_step: int
     top_value: float  # the highest value up to `seen`
     confirmed: bool | None  # its first `confirm_points` points all above the band (None: not seen yet)
-    prompt: bool  # logged coarsely: reported from its onset, at info until alerted
-    known: int  # once recovered: the index where that became known (its recovery window's last point)
     alerted: bool
     critical: bool
     why: str  # why it was called divergent; "" until it is
@@ -330,7 +328,7 @@ class LossSpikeDetector:
             spike = self._advance(spike, w)
             (closed if spike.end is not None else followed).append(spike)
             if spike.recovered and spike.onset_step + spike.slow == resume_step:  # the newest spike is back
-                resume, resume_known = min(resume, spike.end or 0), spike.known
+                resume, resume_known = min(resume, spike.end or 0), self._known(spike)
         onsets, decided = self._onsets(w, base, z, bar, held)
         steps = w.step[onsets.index - w.first]
         while len(onsets.index):
@@ -346,7 +344,7 @@ class LossSpikeDetector:
             if len(followed) > MAX_FOLLOWED:
                 closed.append(self._give_up(followed.pop(0), w))
             if spike.recovered and spike.end is not None:
-                resume, resume_known = max(spike.end, spike.onset + 1), spike.known
+                resume, resume_known = max(spike.end, spike.onset + 1), self._known(spike)
             else:
                 resume, resume_known = _NEVER, _NEVER
             resume_step = spike.onset_step + spike.slow
@@ -366,7 +364,7 @@ class LossSpikeDetector:
             followed=tuple(followed),
         )
         done = [self._finding(tag, s, w) for s in closed if not s.climb]
-        still = [self._finding(tag, s, w) for s in followed if (s.alerted or s.prompt) and not s.climb]
+        still = [self._finding(tag, s, w) for s in followed if (s.alerted or self._prompt(s)) and not s.climb]
         return new_state, done, still
 
     # -- onsets -------------------------------------------------------------------------
@@ -462,7 +460,7 @@ class LossSpikeDetector:
         if not len(at):
             return _no_onsets()
         p = w.new + at  # window positions
-        lowest = w.value[np.maximum(p[:, None] - np.arange(c.rise_points + 1), 0)].min(axis=1)
+        lowest = _lowest_since(w.value, p, c.rise_points)
         hit = np.flatnonzero(_sudden(w.value[p], base.level[p], lowest, base.quantum[p], c.min_quanta))
         unset = np.full(len(hit), np.nan)
         return _Onsets(w.first + p[hit], z[p[hit]], bar[at[hit]], unset, unset)
@@ -483,7 +481,7 @@ class LossSpikeDetector:
             return _no_onsets()
         p = lo + at  # window positions
         value, level, held_value = w.value[p], base.level[p], held.value[p + lag]
-        lowest = w.value[np.maximum(p[:, None] - np.arange(c.rise_points + 1), 0)].min(axis=1)
+        lowest = _lowest_since(w.value, p, c.rise_points)
         first_half = value - level >= 0.5 * (held_value - level)  # the jump starts at the point, not after it
         hit = np.flatnonzero(_sudden(held_value, level, lowest, base.quantum[p], c.min_quanta) & first_half)
         unset = np.full(len(hit), np.nan)
@@ -523,7 +521,7 @@ class LossSpikeDetector:
         largest = np.maximum.accumulate(change)  # largest[j - 1]: of the changes into points 1..j
         level = v[p - 1]
         bar = np.maximum(c.early_margin * np.maximum(largest[p - 2], 0.0), c.early_rise) * level
-        lowest = v[np.maximum(p[:, None] - np.arange(c.rise_points + 1), 0)].min(axis=1)
+        lowest = _lowest_since(v, p, c.rise_points)
         sudden = _sudden(v[p], level, lowest, base.quantum[p], c.min_quanta)
         recent = v[p[:, None] - np.arange(1, c.confirm_points + 1)].max(axis=1)
         not_rebound = v[p] - recent > 0.5 * bar  # half of it over each of the last 3: no rebound from a dip
@@ -568,7 +566,7 @@ class LossSpikeDetector:
         median = row_medians(after)
         z = (median - level) / sigma
         value, quantum = w.value[p], base.quantum[p]
-        lowest = w.value[np.maximum(p[:, None] - np.arange(c.rise_points + 1), 0)].min(axis=1)
+        lowest = _lowest_since(w.value, p, c.rise_points)
         rise = median - level
         first_half = value - level >= 0.5 * rise
         # a jump at the point that stays, not a climb the trailing level lags: most of the
@@ -610,8 +608,7 @@ class LossSpikeDetector:
             threshold=threshold, interval=interval, width=width, fast=fast, slow=slow,
             watch=watch, settle=max(c.settle_points, c.settle_steps // interval), searched=onset + 1, summed=onset,
             area=0.0, peak=onset, peak_step=int(s[i]), peak_value=float(w.value[i]), seen=onset - 1,
-            seen_step=int(s[i]), top_value=float(w.value[i]), confirmed=None,
-            prompt=(c.confirm_points - 1) * interval > c.prompt_steps, known=_NEVER, alerted=False, critical=False,
+            seen_step=int(s[i]), top_value=float(w.value[i]), confirmed=None, alerted=False, critical=False,
             why="", nonfinite_step=None, recovered=False, climb=False, end=None, end_step=None,
         )
 
@@ -633,20 +630,36 @@ class LossSpikeDetector:
             return spike  # back within the fast horizon: nothing a live run is told changes its class
         return self._live_calls(spike, w, w.at(spike.end) if spike.end is not None else len(w.value) - 1)
 
+    def _prompt(self, spike: Followed) -> bool:
+        """Logged so coarsely that the points that confirm it span over `prompt_steps`:
+        reported from its onset, as info until alerted."""
+        c = self.config
+        return (c.confirm_points - 1) * spike.interval > c.prompt_steps
+
+    def _recovery_window(self, spike: Followed) -> tuple[int, int]:
+        """The points a recovery is judged on, and where in them it stands: `recovery_points`
+        in a row with coarse logging, else the median of `width` points (of `quick_points`
+        for one already back by its `confirm_points`-th point: fewer points tell it)."""
+        c = self.config
+        if spike.width == 1:
+            return c.recovery_points, 0
+        span = spike.width if spike.confirmed else min(spike.width, c.quick_points)
+        return span, span // 2  # a median stands in the middle of its window
+
+    def _known(self, spike: Followed) -> int:
+        """Where a recovered spike's recovery became known: its window's last point."""
+        span, lead = self._recovery_window(spike)
+        return (spike.end or 0) - lead + span - 1
+
     def _search(self, spike: Followed, w: _Window) -> Followed:
         """Try the recovery starts whose window is now complete: the first back within the
         watch horizon (and before any non-finite value) is the recovery; once none can be,
         the spike is final as divergent.  Tried in growing pieces, so a spike that is soon
         back costs only the points it spans."""
-        c = self.config
         s, v = w.step, w.value
-        if spike.width == 1:
-            span, lead = c.recovery_points, 0
-        elif spike.confirmed is None:
+        if spike.width > 1 and spike.confirmed is None:
             return spike
-        else:  # a spike already back by its confirm_points-th point needs fewer points to tell
-            span = spike.width if spike.confirmed else min(spike.width, c.quick_points)
-            lead = span // 2  # where a median's window stands
+        span, lead = self._recovery_window(spike)
         limit = spike.onset_step + spike.watch
         if spike.nonfinite_step is not None:
             limit = min(limit, spike.nonfinite_step - 1)
@@ -665,10 +678,7 @@ class LossSpikeDetector:
             beyond = np.flatnonzero(~valid)
             if len(hits) and (not len(beyond) or hits[0] < beyond[0]):
                 end = int(where[hits[0]])
-                known = w.first + a + int(hits[0]) + span - 1
-                return _evolve(
-                    self._sum(spike, w, end + 1), recovered=True, end=w.first + end, end_step=int(s[end]), known=known
-                )
+                return _evolve(self._sum(spike, w, end + 1), recovered=True, end=w.first + end, end_step=int(s[end]))
             if len(beyond):
                 end = max(int(np.searchsorted(s, limit, side="right")) - 1, w.at(spike.summed) - 1)
                 why = spike.why if spike.nonfinite_step is not None else f"not back within {spike.watch} steps"
@@ -842,6 +852,11 @@ def _percentile(rows: np.ndarray, q: float) -> np.ndarray:
     row = np.arange(len(rows))
     below, above = ordered[row, lo], ordered[row, hi]
     return np.where(count > 0, below + (above - below) * (at - lo), -np.inf)
+
+
+def _lowest_since(values: np.ndarray, p: np.ndarray, points: int) -> np.ndarray:
+    """The lowest of each point at `p` and the `points` before it (as many as there are)."""
+    return values[np.maximum(p[:, None] - np.arange(points + 1), 0)].min(axis=1)
 
 
 def _sudden(value: np.ndarray, level: np.ndarray, lowest: np.ndarray, quantum: np.ndarray, quanta: float) -> np.ndarray:
