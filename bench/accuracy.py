@@ -3,7 +3,8 @@ planted patterns, tests/curves.py: train losses, and runs with eval losses or no
 one-rule detectors other tools ship, on the same curves; then the real sample runs against
 what was caused in them (sample_runs/labels.json); then the real public logs labelled in
 bench/labels/reference_runs.json and the runs trained for the purpose in
-bench/labels/trained_runs.json (bench/trained/), each per kind on the tuning and the held-out part, beside
+bench/labels/trained_runs.json (bench/trained/), each per kind on the tuning and the held-out part, and
+the speedrun records held out whole (bench/labels/speedrun_records.json, bench/records/), beside
 OLMo-core's rule and trainspotter, with warnings on clean runs and the time to first alert
 in a live replay (bench/replay.py).
 
@@ -70,6 +71,7 @@ def main() -> None:
         sample_runs()
     reference_runs(show_heldout=args.show_heldout, replay=not args.no_replay)
     trained_runs(show_heldout=args.show_heldout, replay=not args.no_replay)
+    speedrun_records(show_heldout=args.show_heldout, replay=not args.no_replay)
 
 
 def generated() -> None:
@@ -134,6 +136,11 @@ def trained_runs(show_heldout: bool, replay: bool) -> None:
     real_corpus("Runs trained for the purpose (bench/labels/trained_runs.json)", labels.load(labels.TRAINED), show_heldout, replay)
 
 
+def speedrun_records(show_heldout: bool, replay: bool) -> None:
+    real_corpus("Speedrun records, held out whole (bench/labels/speedrun_records.json)", labels.load(labels.RECORDS),
+                show_heldout, replay)
+
+
 def real_corpus(title: str, corpus: labels.Corpus, show_heldout: bool, replay: bool) -> None:
     """Score losswatch and its peers on one labelled corpus of real curves, per part."""
     started = time.monotonic()
@@ -151,14 +158,14 @@ def real_corpus(title: str, corpus: labels.Corpus, show_heldout: bool, replay: b
     outcomes = {name: {run: realcurves.match(run, f[run]) for run in corpus.runs} for name, f in flags.items()}
 
     print(f"\n## {title}\n")
-    for part in labels.PARTS:
+    for part in _parts(corpus):
         runs = corpus.part(part)
         print(f"{part}: {len(runs)} runs, {sum(len(r.required) for r in runs)} required events, "
               f"{sum(len(r.events) - len(r.required) for r in runs)} optional")
     print("\n| detector | part | kind | labelled | found | recall | flags | false | precision | spike class right |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name, per_run in outcomes.items():
-        for part in labels.PARTS:
+        for part in _parts(corpus):
             runs = corpus.part(part)
             scores = realcurves.score(runs, per_run)
             for kind, k in [*scores.items(), ("all", realcurves.totals(scores))]:
@@ -170,7 +177,7 @@ def real_corpus(title: str, corpus: labels.Corpus, show_heldout: bool, replay: b
     print("\n| detector | part | clean runs | false warnings on clean runs | false warnings in clean spans | false warnings in all | duplicates |")
     print("|---|---|---|---|---|---|---|")
     for name, per_run in outcomes.items():
-        for part in labels.PARTS:
+        for part in _parts(corpus):
             runs = corpus.part(part)
             clean_runs = [r for r in runs if not r.required]
             on_clean = sum(len(realcurves.loud(per_run[r])) for r in clean_runs)
@@ -179,7 +186,7 @@ def real_corpus(title: str, corpus: labels.Corpus, show_heldout: bool, replay: b
             dups = sum(len(per_run[r].duplicates) for r in runs)
             print(f"| {name} | {part} | {len(clean_runs)} | {on_clean} | {in_spans} | {anywhere} | {dups} |")
 
-    for part in labels.PARTS:
+    for part in _parts(corpus):
         if part == "heldout" and not show_heldout:
             print("\nheld-out misses and false alarms: not listed (never looked at while tuning; --show-heldout lists them)")
             continue
@@ -219,7 +226,7 @@ def time_to_alert(corpus, show_heldout: bool) -> None:
     print("| part | kind | events | told | median steps | worst steps | median points | worst points | never told "
           "| warned | median steps to a warning | worst |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for part in labels.PARTS:
+    for part in _parts(corpus):
         mine = [t for t in timings if part_of[(t.event.run, t.event)] == part]
         for kind in sorted({t.event.kind for t in mine}):
             ts = [t for t in mine if t.event.kind == kind]
@@ -229,7 +236,7 @@ def time_to_alert(corpus, show_heldout: bool) -> None:
             print(f"| {part} | {kind} | {len(ts)} | {len(told)} | {_median(told)} | {max(told) if told else '-'} | "
                   f"{_median(points)} | {max(points) if points else '-'} | {len(ts) - len(told)} | "
                   f"{len(warned)} | {_median(warned)} | {max(warned) if warned else '-'} |")
-    for part in labels.PARTS:
+    for part in _parts(corpus):
         if part == "heldout" and not show_heldout:
             continue
         print(f"\nper event, {part} part (run tag kind @ onset: told after steps, points; a warning after steps):")
@@ -239,6 +246,11 @@ def time_to_alert(corpus, show_heldout: bool) -> None:
                       f"{'never' if t.delay is None else t.delay}, {'-' if t.told_points is None else t.told_points}; "
                       f"{'-' if t.warning_delay is None else t.warning_delay}")
     progress(f"  replay done in {time.monotonic() - started:.0f} s")
+
+
+def _parts(corpus: labels.Corpus) -> list[str]:
+    """The parts that hold runs: the speedrun records are held out whole."""
+    return [part for part in labels.PARTS if corpus.part(part)]
 
 
 def _median(values: list[int]) -> str:

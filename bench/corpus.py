@@ -1,5 +1,6 @@
-"""The labelled corpora of real curves: the public logs (bench/labels/reference_runs.json)
-and the runs trained here for the purpose (bench/labels/trained_runs.json).  What a person
+"""The labelled corpora of real curves: the public logs (bench/labels/reference_runs.json),
+the runs trained here for the purpose (bench/labels/trained_runs.json) and the speedrun
+records held out whole (bench/labels/speedrun_records.json).  What a person
 sees on each curve, as data, and the rule for matching an alert to it.
 
 Loaded by bench/accuracy.py (which scores losswatch and its peers on it) and by
@@ -16,6 +17,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 LABELS = REPO / "bench" / "labels" / "reference_runs.json"
 TRAINED = REPO / "bench" / "labels" / "trained_runs.json"
+RECORDS = REPO / "bench" / "labels" / "speedrun_records.json"
 
 KINDS = frozenset({
     "loss_spike", "grad_norm_explosion", "nonfinite", "divergence", "overfitting",

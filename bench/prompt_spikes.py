@@ -78,7 +78,7 @@ def _pending_info(f: Finding) -> bool:
 
 
 def labelled_runs() -> Iterator[tuple[str, str, Run]]:
-    for path in (labels.LABELS, labels.TRAINED):
+    for path in (labels.LABELS, labels.TRAINED, labels.RECORDS):
         for r in labels.load(path).runs:
             yield path.stem, r.part, read_run(r)
 

@@ -1,5 +1,6 @@
-"""The labels of the real curves (the public logs, bench/labels/reference_runs.json, and the
-runs trained for the purpose, bench/labels/trained_runs.json) stay well-formed: every
+"""The labels of the real curves (the public logs, bench/labels/reference_runs.json, the runs
+trained for the purpose, bench/labels/trained_runs.json, and the speedrun records,
+bench/labels/speedrun_records.json) stay well-formed: every
 labelled run still exists and reads, every event names a valid kind on a tag the run has,
 at a step inside that tag's range, and both parts are there with a fair mix in the held-out
 one; the public trainer_state.json files' labels keep their shape.  So the corpora the
@@ -18,7 +19,7 @@ from bench import corpus
 from bench.wild import LABELS as WILD
 
 
-@pytest.fixture(scope="module", params=[corpus.LABELS, corpus.TRAINED], ids=["public", "trained"])
+@pytest.fixture(scope="module", params=[corpus.LABELS, corpus.TRAINED, corpus.RECORDS], ids=["public", "trained", "records"])
 def labels(request: pytest.FixtureRequest) -> corpus.Corpus:
     loaded = corpus.load(request.param)
     if not loaded.shared_root.is_dir():
