@@ -236,6 +236,21 @@ def test_a_runs_rare_real_spikes_do_not_hide_the_next():
     assert {f.classification for f in found} == {SpikeClass.FAST_RECOVERING}
 
 
+def test_spikes_in_a_third_of_the_first_blocks_do_not_hide_the_next():
+    # Megatron's Mixtral 8x7B: 28-108 sigma spikes in three of its first ten tail blocks
+    # set the bar at 42 sigmas, over a +36% point at 37; each block now counts at most
+    # twice the median block's height
+    v = flat(900, noise=0.01, seed=3)
+    for at, peak in ((150, 2.0), (280, 1.5), (400, 1.3)):
+        v[at] *= peak
+    v[700] *= 1.15
+    capped = LossSpikeDetector().detect(series(v))
+    assert [f.start_step for f in capped] == [150, 280, 400, 700]
+    assert capped[-1].evidence["threshold"] < 10
+    uncapped = LossSpikeDetector(SpikeConfig(tail_cap=1e9)).detect(series(v))
+    assert [f.start_step for f in uncapped] == [150]  # a few blocks in, one spike's block is the 80th percentile
+
+
 def test_a_bf16_spike_of_18_percent_logged_every_5_iterations_is_found():
     # Megatron's GPT-3 15B release test: bf16, loss every 5 iterations, one +18% point
     v = smooth_llm(4000, level=2.2, noise=0.003, seed=2)
@@ -402,6 +417,12 @@ def test_megatron_gpt3_15b_bf16_one_point_spike_is_its_only_spike():
     f = only(LossSpikeDetector().detect(public_series("reference-runs-2/json/ext2_megatron_gpt3_15b.json")))
     assert (f.start_step, f.classification) == (13375, SpikeClass.FAST_RECOVERING)
     assert f.ratio == pytest.approx(1.18, abs=0.01)
+
+
+def test_megatron_mixtral_one_point_spike_among_many_is_found():
+    found = LossSpikeDetector().detect(public_series("reference-runs-2/json/ext2_megatron_mixtral_8x7b.json"))
+    [f] = [f for f in found if f.start_step == 3285]  # 2.476 -> 3.410, back at the next point
+    assert f.classification is SpikeClass.FAST_RECOVERING
 
 
 def test_word_lm_gru_spike_back_after_30_points_is_slow_not_divergent():
