@@ -309,6 +309,29 @@ PLANS = [
          "edit).", seed=86, restart_every=400, lr_factor=lambda s: 8.0 if s >= 1150 else 1.0),
     Plan("charlm_sgdr_hot_c", "Clean run on SGDR at twice the peak LR (6e-3), restarting every 350 steps, no "
          "gradient clipping.", seed=87, peak_lr=6e-3, restart_every=350, clip=None),
+    # A seventh batch (2026-12-05), all held out: new seeds of the sudden events and clean runs, to measure
+    # precision and recall on runs no detector was tuned on (labelled before any detector ran on them).
+    Plan("charlm_lr_units_bug_d", "No gradient clipping; from step 900 the LR is 500x (a units bug).", seed=91,
+         clip=None, lr_factor=lambda s: 500.0 if s >= 900 else 1.0),
+    Plan("charlm_lr_burst_e", "LR x25 for steps 1100-1114, no gradient clipping.", seed=92, clip=None,
+         lr_factor=window(1100, 1115, 25.0)),
+    Plan("charlm_bad_batch_e", "Corrupted batches at steps 800 and 1400, no gradient clipping, evaluated every "
+         "100 steps.", seed=93, clip=None, eval_every=100, corrupt=garbage({800, 1400})),
+    Plan("charlm_clean_noclip_b", "Clean run without gradient clipping, evaluated every 100 steps.", seed=94,
+         clip=None, eval_every=100),
+    Plan("charlm_clean_c", "Clean run, evaluated every 50 steps.", seed=95, eval_every=50),
+    Plan("charlm_fp16_lr_jump_b", "fp16 autocast with torch's GradScaler; from step 1300 the LR is 50x (a config "
+         "edit).", seed=96, fp16=True, lr_factor=lambda s: 50.0 if s >= 1300 else 1.0),
+    Plan("charlm_interval_burst_b", "LR x20 for steps 2100-2129, no gradient clipping; the loss logged every 20 "
+         "steps as the mean since the last log.", seed=97, steps=3000, log_every=20, clip=None,
+         lr_factor=window(2100, 2130, 20.0)),
+    Plan("charlm_overfit_c", "Trained on 4,000 characters only, evaluated on GPL-3 every 50 steps.", seed=98,
+         steps=1500, train_chars=4000, eval_every=50),
+    Plan("charlm_resume_schedule_lost_b", "The process dies after step 1299; a new one resumes from the step-1000 "
+         "checkpoint with model and optimizer restored but the LR schedule restarted from 0 (warmup again).",
+         seed=99, crash_after=1299, resume_from=1000, schedule_lost=True),
+    Plan("charlm_lr_jump_d", "LR x6 from step 1200 to the end, evaluated every 100 steps.", seed=100,
+         eval_every=100, lr_factor=lambda s: 6.0 if s >= 1200 else 1.0),
 ]
 
 
