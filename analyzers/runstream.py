@@ -106,8 +106,8 @@ class StateOutdated(Exception):
 
 
 # Raise when any detector's state changes shape (or the way it is packed at rest).
-STATE_FORMAT = 11
-READ_FORMATS = (11,)  # 11: a spike's point rule decides at the point, and waits for the newest spike's recovery to be known
+STATE_FORMAT = 12
+READ_FORMATS = (12,)  # 12: a followed spike keeps where its rise began
 
 
 # -- the state --------------------------------------------------------------------------

@@ -47,6 +47,12 @@ rule needs after it are known (the one-point rule: at the point itself), and ons
 taken in the order they are decided, after where the newest spike came back and no sooner
 than that was known, so every rule sees the same points however a series is cut.
 
+**Where it starts.**  A spike is reported from where its rise began: its onset, or the
+first of up to `rise_points` points just before it that already stood above its band
+(Megatron's Mixtral 8x7B climbed +5-10% from 1625, each point under its bar, to one 7
+sigmas out at 1640: the spike starts at 1625, "spiked at step 1640 (rising from step
+1625)").  Its horizons still count from the onset.
+
 **Down a falling curve** the one-point rule measures against the baseline's following level
 (the median of the last 16 points, lagging 8 where the level lags 16), in a sigma at most
 `local_margin` (1.5) x the spread of second differences.  Early in a run both the level and
@@ -180,6 +186,7 @@ class Followed(StreamState):
 
     onset: int
     onset_step: int
+    rise_step: int  # where its rise began: the onset, or the first of the points just before it above the band
     level: float
     sigma: float
     band: float  # back when at or below this
@@ -344,7 +351,7 @@ class LossSpikeDetector:
             if not len(free):
                 break
             k = int(free[0])
-            begun = self._begin(w, base, _Onsets(*(a[k] for a in onsets)), first_step)
+            begun = self._begin(w, base, _Onsets(*(a[k] for a in onsets)), first_step, max(resume, 0))
             spike = self._advance(begun, w)
             (closed if spike.end is not None else followed).append(spike)
             if len(followed) > MAX_FOLLOWED:
@@ -588,9 +595,11 @@ class LossSpikeDetector:
         unset = np.full(len(hit), np.nan)
         return _Onsets(w.first + p[hit], z[hit], bar[hit], unset, unset)
 
-    def _begin(self, w: _Window, base: Baseline, found: _Onsets, first_step: int | None) -> Followed:
+    def _begin(self, w: _Window, base: Baseline, found: _Onsets, first_step: int | None, since: int) -> Followed:
         """A spike at the onset `found` (one of each field): its level, band and horizons in
-        the run's own time."""
+        the run's own time, and where its rise began: up to `rise_points` points before the
+        onset, from index `since` (after the spike before), all above the band (Mixtral
+        8x7B climbed from 1625 to the point at 1640 that stood 7 sigmas out)."""
         c = self.config
         onset, z, threshold = int(found.index), float(found.z), float(found.threshold)
         i = w.at(onset)
@@ -611,8 +620,11 @@ class LossSpikeDetector:
         fast = max(c.fast_points * interval, c.fast_steps)
         slow = max(fast, c.slow_points * interval, c.slow_steps, int(c.slow_share * age))
         watch = max(slow, c.watch_points * interval, c.watch_steps, int(c.watch_share * age))
+        rise = i
+        while rise > max(0, w.at(since), i - c.rise_points) and w.value[rise - 1] > band:
+            rise -= 1
         return Followed(
-            onset=onset, onset_step=int(s[i]), level=level, sigma=sigma, band=band, z=z,
+            onset=onset, onset_step=int(s[i]), rise_step=int(s[rise]), level=level, sigma=sigma, band=band, z=z,
             threshold=threshold, interval=interval, width=width, fast=fast, slow=slow,
             watch=watch, settle=max(c.settle_points, c.settle_steps // interval), searched=onset + 1, summed=onset,
             area=0.0, peak=onset, peak_step=int(s[i]), peak_value=float(w.value[i]), seen=onset - 1,
@@ -806,7 +818,7 @@ class LossSpikeDetector:
             kind=Kind.LOSS_SPIKE,
             tag=tag,
             severity=severity,
-            start_step=spike.onset_step,
+            start_step=spike.rise_step,
             peak_step=spike.peak_step,
             end_step=spike.end_step if spike.recovered else None,
             recovery_steps=recovery,
@@ -816,7 +828,7 @@ class LossSpikeDetector:
             classification=kind,
             ongoing=not spike.recovered,
             message=_message(tag, spike, kind, ratio, recovery, why),
-            remediation=_remediation(kind, spike.onset_step),
+            remediation=_remediation(kind, spike.rise_step),
             evidence={
                 "sigma": spike.sigma,
                 "z": spike.z,
@@ -940,7 +952,8 @@ def _excess(spike: Followed, w: _Window, a: int, upto: int) -> tuple[float, int,
 def _message(tag: str, spike: Followed, kind: SpikeClass, ratio: float | None, recovery: int | None, why: str) -> str:
     level, peak = spike.level, spike.peak_value
     size = f"{ratio:.2g}x baseline" if ratio is not None else f"{peak - level:+.3g} over baseline"
-    head = f"{tag} spiked at step {spike.onset_step}: {level:.4g} -> {peak:.4g} ({size})"
+    rising = f" (rising from step {spike.rise_step})" if spike.rise_step != spike.onset_step else ""
+    head = f"{tag} spiked at step {spike.onset_step}{rising}: {level:.4g} -> {peak:.4g} ({size})"
     if kind is SpikeClass.FAST_RECOVERING:
         return f"{head}, back in {recovery} steps (fast-recovering)"
     if kind is SpikeClass.SLOW_RECOVERING:

@@ -27,7 +27,7 @@ def samples():
     ("clean", Health.CONVERGED,
      "train/loss fell from 2.276 to 0.8246 and has been flat over its last 1000 steps, as train/lr decayed to 10.0% of its peak"),
     ("bad_batch", Health.CONVERGED, None),  # one fast spike is no instability
-    ("lr_burst", Health.UNSTABLE, "loss_spike (slow_recovering) on train/loss at step 1202"),
+    ("lr_burst", Health.UNSTABLE, "loss_spike (slow_recovering) on train/loss at step 1201"),
     ("lr_too_high", Health.DIVERGED, "divergence on train/loss since step 40"),
     ("fp16_overflow", Health.DIVERGED, "divergence on train/loss since step 1512"),
     ("stalled_lr", Health.STALLED, "plateau on train/loss since step 200"),

@@ -332,7 +332,7 @@ def test_the_scan_count_is_of_the_rows_printed(tmp_path):
     assert re.fullmatch(r"1 change in 1 run \(1 with new data, \d+ new points\)", count), count
     markdown = CliRunner().invoke(main, ["scan", lr_burst, "--db", f"sqlite:///{tmp_path / 'b.db'}", "--format", "markdown"])
     header, rule, row, blank, markdown_count = markdown.stdout.splitlines()
-    assert row.startswith("| firing+resolved | warning | `lr_burst` | loss_spike (slow_recovering) | 1202 | ")
+    assert row.startswith("| firing+resolved | warning | `lr_burst` | loss_spike (slow_recovering) | 1201 | ")
     assert markdown_count == count
 
 

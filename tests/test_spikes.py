@@ -419,10 +419,34 @@ def test_megatron_gpt3_15b_bf16_one_point_spike_is_its_only_spike():
     assert f.ratio == pytest.approx(1.18, abs=0.01)
 
 
+def test_a_spike_that_climbs_before_its_onset_starts_where_its_rise_began():
+    # Megatron's Mixtral 8x7B, loss every 5 iterations: 2.81, then +5-10% from 1625, each
+    # point under 6 sigmas, and a point 7 sigmas out at 1640, back by 1670
+    v = flat(600, level=2.8, noise=0.02, seed=8)
+    v[400:404] = 2.8 * np.array([1.065, 1.07, 1.065, 1.07])
+    v[404] = 2.8 * 1.25
+    f = only(LossSpikeDetector().detect(series(v, interval=5)))
+    assert (f.start_step, f.peak_step, f.classification) == (2000, 2020, SpikeClass.FAST_RECOVERING)
+    assert f.message == "train/loss spiked at step 2020 (rising from step 2000): 2.826 -> 3.5 (1.2x baseline), back in 15 steps (fast-recovering)"
+    assert f.remediation == (
+        "No action needed: training recovered. Note step 2000 and inspect the batches just before it if spikes recur."
+    )
+
+
+def test_a_one_point_spike_starts_at_its_own_point():
+    v = flat(600, level=2.8, noise=0.02, seed=8)
+    v[404] = 2.8 * 1.25
+    f = only(LossSpikeDetector().detect(series(v, interval=5)))
+    assert f.start_step == f.peak_step == 2020
+    assert f.message.startswith("train/loss spiked at step 2020: ")
+
+
 def test_megatron_mixtral_one_point_spike_among_many_is_found():
     found = LossSpikeDetector().detect(public_series("reference-runs-2/json/ext2_megatron_mixtral_8x7b.json"))
     [f] = [f for f in found if f.start_step == 3285]  # 2.476 -> 3.410, back at the next point
     assert f.classification is SpikeClass.FAST_RECOVERING
+    [climb] = [f for f in found if 1600 <= f.start_step <= 1645]  # 2.81, rising from 1605, 3.37 at 1645
+    assert (climb.start_step, climb.classification) == (1625, SpikeClass.FAST_RECOVERING)
 
 
 def test_word_lm_gru_spike_back_after_30_points_is_slow_not_divergent():
