@@ -71,8 +71,14 @@ level and sigma (a smoothly climbing validation loss has almost no second differ
 There, an evaluation starts a spike when it rises over the one before by `early_margin` (5)
 x the largest such rise so far and by at least `early_rise` (10%), standing half that over
 each of the three before (`_early_onsets`): a char-LM's eval loss, falling smoothly, jumped
-+11% at its 14th evaluation when its LR went x5.  Train losses reach 40 points within
-minutes and are noisier; they wait for their sigma.
++11% at its 14th evaluation when its LR went x5.  Train losses are noisier, and a rule
+that blind reported 2-3x blips in the first 40 steps of the char-LMs; but a fine-tune logged
+every 10-50 steps has fewer than 40 train points in all (27 of the first 91 users' runs of
+bench/wild.py).  There, a jump that stays starts a spike (`_young_onsets`): three points in
+a row each above the highest of the `young_points` (8) before, their median `young_rise`
+(25%) over those points' median and `young_z` (4) x the loss's typical change from one
+point to the next (a classifier's loss fell to 0.31-0.47 and jumped to chance, 0.65-0.76,
+at its 31st point of 50: 1.8x, 12x its typical change).
 
 There is no ratio floor (+0.6 nats on a 3.9-nat loss is a large event): only `min_quanta`
 steps of the values' rounding (representable steps of the stored precision, or the decimals
@@ -157,6 +163,9 @@ class SpikeConfig:
     min_quanta: float = 2.0  # at least 2 representable steps above the level (bf16 rounding)
     early_margin: float = 5.0  # an eval loss before its sigma is known: a rise 5x the largest so far ...
     early_rise: float = 0.1  # ... and at least 10% over the evaluation before
+    young_points: int = 8  # a train loss before its sigma is known: 3 points in a row above the 8 before ...
+    young_rise: float = 0.25  # ... their median 25% over those 8's ...
+    young_z: float = 4.0  # ... and 4x the loss's typical change from one point to the next
     local_margin: float = 1.5  # down a falling curve, sigma at most 1.5x the spread of second differences
     rise_points: int = 5  # a spike gains most of its height within this many points; slower is a trend
     confirm_points: int = 3  # still above the band at its 3rd point: fires as pending
@@ -455,6 +464,7 @@ class LossSpikeDetector:
         rules = (  # each rule's onsets, and the points after an onset it waits for
             (self._point_onsets(w, base, z, bar), 0),
             (self._early_onsets(w, base), 0),
+            (self._young_onsets(w, base, held), lag),
             (self._held_onsets(w, base, held), lag),
             (self._long_onsets(w, base, held), c.long_points - 1),
         )
@@ -519,9 +529,9 @@ class LossSpikeDetector:
         the largest of a few: under noise as heavy-tailed as Student's t with 4 degrees of
         freedom, a rise m times the largest of n comes by chance about m^-4 / (n + 1) of the
         time.  On 500 flat eval losses of 40 evaluations with 3% such noise, 4 warned at 5x,
-        8 at 3x and 19 at 2x (tests/test_spikes.py).  Train losses are not judged so: they
-        reach 40 points within minutes, and their noise is too wild for a rule this blind
-        (2x reported blips in the first 40 steps of two char-LM runs, 3x in one)."""
+        8 at 3x and 19 at 2x (tests/test_spikes.py).  Train losses are not judged so: their
+        noise is too wild for a rule this blind (2x reported blips in the first 40 steps of
+        two char-LM runs, 3x in one); `_young_onsets` judges them."""
         c = self.config
         hi = len(w.value)
         start = max(w.new, c.baseline.min_points, c.confirm_points + 1)  # the three before it, and a change before those
@@ -546,6 +556,50 @@ class LossSpikeDetector:
         p, level, bar = p[hit], level[hit], bar[hit]
         sigma = np.array([_change_spread(v[:k], float(base.quantum[k])) for k in p])
         return _Onsets(w.first + p, (v[p] - level) / sigma, bar / sigma, level, sigma)
+
+    def _young_onsets(self, w: _Window, base: Baseline, held: _Held) -> _Onsets:
+        """A train loss's jump that stays before the baseline knows a sigma (its first ~40
+        points: all of many fine-tunes logged every 10-50 steps): the point and the
+        `confirm_points - 1` after it each above the highest of the `young_points` (8)
+        before, their median `young_rise` (25%) over those points' median and `young_z` (4)
+        x the loss's typical change so far (the median of |log| of each point over the one
+        before), the point at least half that high, and the 8 not climbing (the median of
+        their later half at most half of `young_rise` over their earlier half's: a climb is
+        a trend's); on a loss above zero.  Its level is the
+        median of the 8, its sigma that typical change at that level.
+        A subjectivity classifier's loss (`JakubMroz4__subjectivity-detection`, bench/wild.py
+        tuning), logged every 10 steps, fell 0.67 -> 0.31-0.47 and at its 31st point jumped
+        to 0.76 and stayed at chance (0.65-0.74, ln 2) to the end: 1.8x, 12x its typical
+        change of 5%.  A LoRA adapter's loss of 0.03-0.06, whose points change by 25% one to
+        the next, went to 0.06-0.08: 2.5x, noise.  A Whisper fine-tune's loss climbed 0.15 ->
+        0.23 over 8 points, then 0.28-0.33 with its eval loss: a climb (+26% from the first
+        half of the 8 to the second)."""
+        c = self.config
+        lag, n = c.confirm_points - 1, c.young_points
+        lo, hi = max(w.new - lag, n, c.baseline.min_points), len(w.value) - lag  # the points judged now
+        if self.evaluations or w.first or hi <= lo:
+            return _no_onsets()
+        p = lo + np.flatnonzero(np.isnan(base.sigma[lo:hi]))
+        v = w.value[: hi + lag]
+        if not len(p) or not np.all(v > 0):
+            return _no_onsets()
+        before = np.lib.stride_tricks.sliding_window_view(v, n)[p - n]  # the n points before each
+        level = np.median(before, axis=1)
+        after = np.lib.stride_tricks.sliding_window_view(v, c.confirm_points)[p]
+        rise = held.value[p + lag]  # the median of the point and those after it
+        change = np.abs(np.diff(np.log(v)))  # change[k]: into point k + 1
+        typical = np.array([np.median(change[: k - 1]) for k in p])  # the changes into points 1 .. k - 1
+        up = np.log(rise / level)
+        half = n // 2
+        flat = np.median(before[:, half:], axis=1) <= (1 + c.young_rise / 2) * np.median(before[:, :half], axis=1)
+        hit = np.flatnonzero(
+            (after.min(axis=1) > before.max(axis=1)) & (rise >= (1 + c.young_rise) * level)
+            & (up > c.young_z * typical) & (v[p] - level >= 0.5 * (rise - level)) & flat
+        )
+        if not len(hit):
+            return _no_onsets()
+        p, level, typical, up = p[hit], level[hit], typical[hit], up[hit]
+        return _Onsets(w.first + p, up / typical, np.full(len(p), c.young_z), level, level * typical)
 
     def _long_onsets(self, w: _Window, base: Baseline, held: _Held) -> _Onsets:
         """Points that start a jump that stays while each point stays within the noise: the

@@ -548,6 +548,49 @@ def test_a_jump_of_an_eval_loss_too_short_for_a_sigma_is_a_spike():
     assert LossSpikeDetector().detect(series(v, interval=100)) == []
 
 
+def young_fine_tune(seed: int = 0, points: int = 50, noise: float = 0.08) -> np.ndarray:
+    """A classifier's train loss logged every 10 steps, as HF Trainer logs a short fine-tune:
+    0.67 falling to about 0.37, with `noise` point to point."""
+    t = np.arange(points)
+    return (0.35 + 0.32 * np.exp(-t / 12)) * (1 + noise * np.random.default_rng(seed).standard_normal(points))
+
+
+def test_a_young_train_loss_that_jumps_to_chance_and_stays_is_a_spike_before_its_sigma_is_known():
+    # JakubMroz4__subjectivity-detection: 0.31-0.47, then 0.76 at its 31st point and 0.65-0.74
+    # (ln 2) to its 50th; the baseline knows no sigma before a tag's ~40th point
+    v = young_fine_tune()
+    v[30:] = 0.69 * (1 + 0.03 * np.random.default_rng(1).standard_normal(20))
+    v[30] = 0.76
+    f = only(LossSpikeDetector().detect(series(v, interval=10)))
+    assert (f.start_step, f.classification, f.severity) == (300, SpikeClass.PENDING, Severity.WARNING)  # 200 steps on: not settled yet
+    assert f.baseline == pytest.approx(np.median(v[22:30]))
+    assert f.evidence["threshold"] == 4.0 and f.evidence["z"] > 4.0
+    assert feed_in_pieces(LossSpikeDetector(), series(v, interval=10).fstep, v, [29, 31, 32, 40], "train/loss", checks=4) == [f]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_young_noisy_train_loss_raises_no_early_spike(seed):
+    # a LoRA adapter's loss of 0.03-0.06 whose points move 25% one to the next, then 0.06-0.08
+    v = young_fine_tune(seed, noise=0.25)
+    assert LossSpikeDetector().detect(series(v, interval=10)) == []
+
+
+def test_a_young_train_loss_that_climbs_before_its_jump_is_left_to_the_trend():
+    # a Whisper fine-tune: 0.12 -> 0.23 over 150-400, then 0.28-0.33 as its eval loss diverged
+    v = young_fine_tune(noise=0.02)
+    v[20:30] = np.linspace(0.37, 0.5, 10)
+    v[30:] = 0.62
+    assert LossSpikeDetector().detect(series(v, interval=10)) == []
+    v[20:30] = 0.37  # the same jump from a flat loss
+    assert [f.start_step for f in LossSpikeDetector().detect(series(v, interval=10))] == [300]
+
+
+def test_an_eval_loss_keeps_its_own_early_rule():
+    v = young_fine_tune()
+    v[30:] = 0.69
+    assert LossSpikeDetector(evaluations=True).detect(evaluations(v)) == []  # no 5x the largest rise so far: 0.69 is flat
+
+
 def test_an_eval_loss_rebounding_from_a_dip_is_no_spike():
     v = falling_evaluations()
     v[12] *= 0.92  # 8% under the curve, then back on it: +14% over the point before
