@@ -155,7 +155,7 @@ class SpikeConfig:
     tail_quantile: float = 0.8  # ... once every 5 blocks ...
     tail_block: int = 64  # ... of 64 points ...
     tail_blocks: int = 32  # ... over the last 32 blocks ...
-    tail_cap: float = 2.0  # ... each counted at most 3x the median block's height
+    tail_cap: float = 2.0  # ... each counted at most 2x the median block's height
     held_z: float = 4.0  # or the median of confirm_points points in a row 4 sigmas up (and past its own tail) ...
     held_after_blocks: int = 4  # ... once 4 tail blocks are known (6 before)
     long_points: int = 16  # or the median of 16 points in a row ...
@@ -565,8 +565,8 @@ class LossSpikeDetector:
         x the loss's typical change so far (the median of |log| of each point over the one
         before), the point at least half that high, and the 8 not climbing (the median of
         their later half at most half of `young_rise` over their earlier half's: a climb is
-        a trend's); on a loss above zero.  Its level is the
-        median of the 8, its sigma that typical change at that level.
+        a trend's); on a loss above zero.  Its level is the median of the 8, its sigma that
+        typical change at that level (never below the values' rounding).
         A subjectivity classifier's loss (`JakubMroz4__subjectivity-detection`, bench/wild.py
         tuning), logged every 10 steps, fell 0.67 -> 0.31-0.47 and at its 31st point jumped
         to 0.76 and stayed at chance (0.65-0.74, ln 2) to the end: 1.8x, 12x its typical
@@ -589,6 +589,7 @@ class LossSpikeDetector:
         rise = held.value[p + lag]  # the median of the point and those after it
         change = np.abs(np.diff(np.log(v)))  # change[k]: into point k + 1
         typical = np.array([np.median(change[: k - 1]) for k in p])  # the changes into points 1 .. k - 1
+        typical = np.fmax(typical, base.quantum[p] / level)  # a loss repeating one value moves by its rounding
         up = np.log(rise / level)
         half = n // 2
         flat = np.median(before[:, half:], axis=1) <= (1 + c.young_rise / 2) * np.median(before[:, :half], axis=1)
@@ -921,12 +922,13 @@ def _percentile(rows: np.ndarray, q: float, cap: float) -> np.ndarray:
     ordered = np.sort(rows, axis=1)  # NaN last
     count = np.sum(~np.isnan(rows), axis=1)
     row = np.arange(len(rows))
-    half = np.maximum(count - 1, 0) // 2
-    middle = np.where(count % 2 == 1, ordered[row, half], (ordered[row, half] + ordered[row, np.minimum(half + 1, np.maximum(count - 1, 0))]) / 2)
+    last = np.maximum(count - 1, 0)
+    half = last // 2
+    middle = np.where(count % 2 == 1, ordered[row, half], (ordered[row, half] + ordered[row, np.minimum(half + 1, last)]) / 2)
     ordered = np.minimum(ordered, cap * middle[:, None])  # NaN stays NaN, and last
-    at = q * np.maximum(count - 1, 0)
+    at = q * last
     lo = np.floor(at).astype(np.int64)
-    hi = np.minimum(lo + 1, np.maximum(count - 1, 0))
+    hi = np.minimum(lo + 1, last)
     below, above = ordered[row, lo], ordered[row, hi]
     return np.where(count > 0, below + (above - below) * (at - lo), -np.inf)
 

@@ -585,6 +585,12 @@ def test_a_young_train_loss_that_climbs_before_its_jump_is_left_to_the_trend():
     assert [f.start_step for f in LossSpikeDetector().detect(series(v, interval=10))] == [300]
 
 
+def test_a_young_train_loss_repeating_one_value_then_jumping_has_a_finite_z():
+    v = np.concatenate([np.full(20, 0.6931), np.full(10, 0.9)])  # printed to 4 decimals: no change at all, then +30%
+    f = only(LossSpikeDetector().detect(series(v, interval=10)))
+    assert f.start_step == 200 and np.isfinite(f.evidence["z"]) and f.evidence["z"] > 4
+
+
 def test_an_eval_loss_keeps_its_own_early_rule():
     v = young_fine_tune()
     v[30:] = 0.69
