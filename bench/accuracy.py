@@ -14,8 +14,8 @@ in a live replay (bench/replay.py).
     .venv/bin/python bench/accuracy.py --show-heldout   # also list held-out misses and false alarms
 
 Markdown tables on stdout, progress on stderr.  Per-event detail (misses, false alarms,
-delays) is printed for the tuning part only: the held-out part is never looked at while
-tuning (bench/labels/README.md), so only its totals are shown unless --show-heldout.
+delays) is printed for the tuning and retired parts only: the held-out part is never looked
+at while tuning (bench/labels/README.md), so only its totals are shown unless --show-heldout.
 trainspotter runs from its own virtualenv (bench/trainspotter_peer.py); without it the
 comparison says how to install it.
 """
@@ -249,7 +249,8 @@ def time_to_alert(corpus, show_heldout: bool) -> None:
 
 
 def _parts(corpus: labels.Corpus) -> list[str]:
-    """The parts that hold runs: the speedrun records are held out whole."""
+    """The parts that hold runs (the public logs' held-out part is retired; the speedrun
+    records are held out whole)."""
     return [part for part in labels.PARTS if corpus.part(part)]
 
 
