@@ -577,26 +577,31 @@ class LossSpikeDetector:
         c = self.config
         lag, n = c.confirm_points - 1, c.young_points
         lo, hi = max(w.new - lag, n, c.baseline.min_points), len(w.value) - lag  # the points judged now
-        if self.evaluations or w.first or hi <= lo:
+        if self.evaluations or w.first or hi <= lo or not np.isnan(base.sigma[lo]):
             return _no_onsets()
-        p = lo + np.flatnonzero(np.isnan(base.sigma[lo:hi]))
-        v = w.value[: hi + lag]
+        young = np.isnan(base.sigma[lo:hi])
+        p = lo + np.flatnonzero(young[: len(young) if young[-1] else young.argmin()])  # the stretch before a sigma
+        v = w.value[: (p[-1] if len(p) else lo) + lag + 1]
         if not len(p) or not np.all(v > 0):
+            return _no_onsets()
+        # nearly always no point clears the highest of the 8 before three times in a row:
+        # the rest is worked out only where one does
+        p = p[bn.move_min(v, c.confirm_points)[p + lag] > bn.move_max(v, n)[p - 1]]
+        if not len(p):
             return _no_onsets()
         before = np.lib.stride_tricks.sliding_window_view(v, n)[p - n]  # the n points before each
         level = np.median(before, axis=1)
-        after = np.lib.stride_tricks.sliding_window_view(v, c.confirm_points)[p]
         rise = held.value[p + lag]  # the median of the point and those after it
+        half = n // 2
+        flat = np.median(before[:, half:], axis=1) <= (1 + c.young_rise / 2) * np.median(before[:, :half], axis=1)
+        maybe = np.flatnonzero((rise >= (1 + c.young_rise) * level) & (v[p] - level >= 0.5 * (rise - level)) & flat)
+        if not len(maybe):
+            return _no_onsets()
+        p, level, up = p[maybe], level[maybe], np.log(rise[maybe] / level[maybe])
         change = np.abs(np.diff(np.log(v)))  # change[k]: into point k + 1
         typical = np.array([np.median(change[: k - 1]) for k in p])  # the changes into points 1 .. k - 1
         typical = np.fmax(typical, base.quantum[p] / level)  # a loss repeating one value moves by its rounding
-        up = np.log(rise / level)
-        half = n // 2
-        flat = np.median(before[:, half:], axis=1) <= (1 + c.young_rise / 2) * np.median(before[:, :half], axis=1)
-        hit = np.flatnonzero(
-            (after.min(axis=1) > before.max(axis=1)) & (rise >= (1 + c.young_rise) * level)
-            & (up > c.young_z * typical) & (v[p] - level >= 0.5 * (rise - level)) & flat
-        )
+        hit = np.flatnonzero(up > c.young_z * typical)
         if not len(hit):
             return _no_onsets()
         p, level, typical, up = p[hit], level[hit], typical[hit], up[hit]
