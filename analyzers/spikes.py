@@ -138,7 +138,7 @@ from typing import Any, NamedTuple
 import bottleneck as bn
 import numpy as np
 
-from analyzers.baseline import MAD_TO_SIGMA, Baseline, BaselineConfig, memory, row_medians, trailing_baseline
+from analyzers.baseline import MAD_TO_SIGMA, Baseline, BaselineConfig, median, memory, row_medians, trailing_baseline
 from analyzers.findings import Finding, Kind, Severity, SpikeClass
 from analyzers.series import Series
 from analyzers.stream import StreamState
@@ -163,7 +163,7 @@ class SpikeConfig:
     min_quanta: float = 2.0  # at least 2 representable steps above the level (bf16 rounding)
     early_margin: float = 5.0  # an eval loss before its sigma is known: a rise 5x the largest so far ...
     early_rise: float = 0.1  # ... and at least 10% over the evaluation before
-    young_points: int = 8  # a train loss before its sigma is known: 3 points in a row above the 8 before ...
+    young_points: int = 8  # a train loss from its 16th point until its sigma is known: 3 points in a row above the 8 before ...
     young_rise: float = 0.25  # ... their median 25% over those 8's ...
     young_z: float = 4.0  # ... and 4x the loss's typical change from one point to the next
     local_margin: float = 1.5  # down a falling curve, sigma at most 1.5x the spread of second differences
@@ -565,8 +565,12 @@ class LossSpikeDetector:
         x the loss's typical change so far (the median of |log| of each point over the one
         before), the point at least half that high, and the 8 not climbing (the median of
         their later half at most half of `young_rise` over their earlier half's: a climb is
-        a trend's); on a loss above zero.  Its level is the median of the 8, its sigma that
-        typical change at that level (never below the values' rounding).
+        a trend's); on a loss above zero, from its `2 * young_points`-th (16th) point: the
+        typical change is read off 15 changes at least, and a run's first points move with
+        its warm-up (an SGDR-like run whose loss rose 30% over its steps 6-10 with the LR at
+        its peak from step 0 and came back: tests/test_schedule.py).  Its level is the median
+        of the 8, its sigma that typical change at that level (never below the values'
+        rounding).
         A subjectivity classifier's loss (`JakubMroz4__subjectivity-detection`, bench/wild.py
         tuning), logged every 10 steps, fell 0.67 -> 0.31-0.47 and at its 31st point jumped
         to 0.76 and stayed at chance (0.65-0.74, ln 2) to the end: 1.8x, 12x its typical
@@ -576,7 +580,7 @@ class LossSpikeDetector:
         half of the 8 to the second)."""
         c = self.config
         lag, n = c.confirm_points - 1, c.young_points
-        lo, hi = max(w.new - lag, n, c.baseline.min_points), len(w.value) - lag  # the points judged now
+        lo, hi = max(w.new - lag, 2 * n), len(w.value) - lag  # the points judged now, from the 16th
         if self.evaluations or w.first or hi <= lo or not np.isnan(base.sigma[lo]):
             return _no_onsets()
         young = np.isnan(base.sigma[lo:hi])
@@ -590,16 +594,16 @@ class LossSpikeDetector:
         if not len(p):
             return _no_onsets()
         before = np.lib.stride_tricks.sliding_window_view(v, n)[p - n]  # the n points before each
-        level = np.median(before, axis=1)
+        level = row_medians(before)
         rise = held.value[p + lag]  # the median of the point and those after it
         half = n // 2
-        flat = np.median(before[:, half:], axis=1) <= (1 + c.young_rise / 2) * np.median(before[:, :half], axis=1)
+        flat = row_medians(before[:, half:]) <= (1 + c.young_rise / 2) * row_medians(before[:, :half])
         maybe = np.flatnonzero((rise >= (1 + c.young_rise) * level) & (v[p] - level >= 0.5 * (rise - level)) & flat)
         if not len(maybe):
             return _no_onsets()
         p, level, up = p[maybe], level[maybe], np.log(rise[maybe] / level[maybe])
         change = np.abs(np.diff(np.log(v)))  # change[k]: into point k + 1
-        typical = np.array([np.median(change[: k - 1]) for k in p])  # the changes into points 1 .. k - 1
+        typical = np.array([median(change[: k - 1]) for k in p])  # the changes into points 1 .. k - 1
         typical = np.fmax(typical, base.quantum[p] / level)  # a loss repeating one value moves by its rounding
         hit = np.flatnonzero(up > c.young_z * typical)
         if not len(hit):
