@@ -360,7 +360,7 @@ class LossSpikeDetector:
             if not len(free):
                 break
             k = int(free[0])
-            begun = self._begin(w, base, _Onsets(*(a[k] for a in onsets)), first_step, max(resume, 0))
+            begun = self._begin(w, base, _Onsets(*(a[k] for a in onsets)), first_step, resume)
             spike = self._advance(begun, w)
             (closed if spike.end is not None else followed).append(spike)
             if len(followed) > MAX_FOLLOWED:
