@@ -165,9 +165,10 @@ class GradNormDetector:
             return state, []
         ext = np.concatenate([state.tail, x])
         k = len(state.tail)
-        trailing = _median_before(ext, c.window, min(c.min_points, c.window))[k:]
+        trailing = _medians_before(ext, k, c.window, min(c.min_points, c.window), c.elevated)
         level, frozen, stretch, calm_run = self._levels(x, trailing, state)
         over = (level > 0) & (x >= c.ratio * level)
+        _fill_medians_before(trailing, ext, k, np.flatnonzero(over), c.window, min(c.min_points, c.window))
         settled = _settled(ext, k, over, c.settle_points)
         current, closed = self._group(state.open, x, t, over, level, trailing, settled)
         tail = ext[-max(c.window, c.settle_points) :].copy()
@@ -405,9 +406,39 @@ def _settled(ext: np.ndarray, k: int, over: np.ndarray, size: int) -> np.ndarray
     return settled
 
 
-def _median_before(values: np.ndarray, window: int, min_count: int) -> np.ndarray:
-    """The median of the `window` values before each one (NaN with fewer than `min_count`)."""
-    out = np.full(len(values), np.nan)
-    if len(values) > min_count:
-        out[1:] = bn.move_median(values, min(window, len(values)), min_count=min_count)[:-1]
+def _medians_before(ext: np.ndarray, k: int, window: int, min_count: int, factor: float) -> np.ndarray:
+    """The median of the `window` values before each point of `ext[k:]` (NaN values
+    skipped, NaN with fewer than `min_count`), worked out only where the point stands
+    `factor` times over the smallest of those values or more: elsewhere it cannot stand
+    `factor` times over their median, which is never below it, and is left NaN.  A healthy
+    norm then costs a moving minimum, not a moving median (bench/analyze.py); a norm where
+    most points could qualify (stuck at 0) gets the moving median whole."""
+    x = ext[k:]
+    out = np.full(len(x), np.nan)
+    if len(ext) <= min_count or not len(x):
+        return out
+    smallest = np.full(len(ext), np.nan)
+    smallest[1:] = bn.move_min(ext, min(window, len(ext)), min_count=1)[:-1]
+    at = np.flatnonzero(x >= factor * smallest[k:])
+    if len(at) > len(x) // 8:
+        whole = np.full(len(ext), np.nan)
+        whole[1:] = bn.move_median(ext, min(window, len(ext)), min_count=min_count)[:-1]
+        return whole[k:]
+    _fill_medians_before(out, ext, k, at, window, min_count)
     return out
+
+
+def _fill_medians_before(out: np.ndarray, ext: np.ndarray, k: int, at: np.ndarray, window: int, min_count: int) -> None:
+    """Set `out[at]` to the median of the `window` values before `ext[k + at]`, as
+    `bn.move_median` would give it (NaN values skipped, NaN with fewer than `min_count`)."""
+    if not len(at):
+        return
+    idx = (at + k)[:, None] + np.arange(-window, 0)
+    rows = np.where(idx >= 0, ext[np.maximum(idx, 0)], np.nan)
+    rows.sort(axis=1)  # NaN last
+    count = np.count_nonzero(~np.isnan(rows), axis=1)
+    r = np.arange(len(at))
+    lo, hi = rows[r, np.maximum(count - 1, 0) // 2], rows[r, count // 2]
+    medians = (lo + hi) / 2
+    medians[count < min_count] = np.nan
+    out[at] = medians

@@ -454,3 +454,29 @@ def test_an_explosion_going_on_that_the_loss_never_felt_is_info():
     [felt] = [f for f in found if f.kind is Kind.GRAD_NORM_EXPLOSION]
     assert [(f.tag, f.start_step) for f in found if f.kind is Kind.NONFINITE] == [("train/loss", 2950)]
     assert str(felt.severity) == "warning" and "not felt" not in felt.message
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    norms=arrays(np.float64, st.integers(1, 120), elements=st.sampled_from([0.0, 0.5, 1.0, 1.3, 4.0, 40.0, np.inf, np.nan])),
+    k=st.integers(0, 120),
+)
+def test_trailing_median_is_the_moving_median_wherever_it_can_matter(norms: np.ndarray, k: int) -> None:
+    """The explosion rule works out the trailing median only where a point could stand
+    `elevated` times over it (and fills it in at points over the line): there, it is
+    `bn.move_median`'s number exactly, NaN, Inf and zeros included."""
+    import bottleneck as bn
+
+    from analyzers.gradnorm import _fill_medians_before, _medians_before
+
+    k = min(k, len(norms))
+    whole = np.full(len(norms), np.nan)
+    if len(norms) > 8:
+        whole[1:] = bn.move_median(norms, min(32, len(norms)), min_count=8)[:-1]
+    whole = whole[k:]
+    got = _medians_before(norms, k, 32, 8, 3.0)
+    with np.errstate(invalid="ignore"):
+        matters = (whole > 0) & (norms[k:] >= 3.0 * whole)
+    np.testing.assert_array_equal(got[matters], whole[matters])
+    _fill_medians_before(got, norms, k, np.arange(len(got)), 32, 8)
+    np.testing.assert_array_equal(got, whole)
