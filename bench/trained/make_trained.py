@@ -205,6 +205,12 @@ def window(start: int, end: int, factor: float) -> Callable[[int], float]:
     return lambda step: factor if start <= step < end else 1.0
 
 
+def ramp(start: int, per_100: float) -> Callable[[int], float]:
+    """The LR multiplied by `per_100` every 100 steps from `start` on, a little at each step
+    (an exponential schedule whose factor was inverted)."""
+    return lambda step: per_100 ** ((step - start) / 100) if step >= start else 1.0
+
+
 PLANS = [
     Plan("charlm_clean_a", "Clean run: AdamW, peak LR 3e-3, 100-step warmup, cosine to 0.1x at 2000.", seed=11),
     Plan("charlm_clean_b", "Clean run, another seed, with an evaluation every 100 steps.", seed=12, eval_every=100),
@@ -332,6 +338,25 @@ PLANS = [
          seed=99, crash_after=1299, resume_from=1000, schedule_lost=True),
     Plan("charlm_lr_jump_d", "LR x6 from step 1200 to the end, evaluated every 100 steps.", seed=100,
          eval_every=100, lr_factor=lambda s: 6.0 if s >= 1200 else 1.0),
+    # An eighth batch (2026-12-05), all held out: grad-norm explosions, sudden and gradual, and noisy grad norms
+    # that are healthy, to measure precision on grad-norm explosions (labelled before any detector ran on them).
+    Plan("charlm_clean_hot_noclip_f", "Clean run at twice the peak LR (6e-3) without gradient clipping, evaluated "
+         "every 100 steps.", seed=101, peak_lr=6e-3, clip=None, eval_every=100),
+    Plan("charlm_fp16_clean_f", "Clean fp16 run (torch's GradScaler), evaluated every 100 steps.", seed=102,
+         fp16=True, eval_every=100),
+    Plan("charlm_lr_ramp_f", "No gradient clipping; from step 800 the LR grows 2x every 100 steps (an exponential "
+         "schedule whose factor was inverted), evaluated every 100 steps.", seed=103, clip=None, eval_every=100,
+         lr_factor=ramp(800, 2.0)),
+    Plan("charlm_lr_units_bug_f", "No gradient clipping; from step 1250 the LR is 400x (a units bug).", seed=104,
+         clip=None, lr_factor=lambda s: 400.0 if s >= 1250 else 1.0),
+    Plan("charlm_bad_batch_f", "Corrupted batches at steps 950 and 1750, gradient clipping at 1.", seed=105,
+         corrupt=garbage({950, 1750})),
+    Plan("charlm_interval_lr_jump_f", "LR x10 from step 2000 to the end; the loss logged every 10 steps as the mean "
+         "since the last log, evaluated every 200 steps.", seed=106, steps=3000, log_every=10, eval_every=200,
+         lr_factor=lambda s: 10.0 if s >= 2000 else 1.0),
+    Plan("charlm_overfit_late_f", "Trained on 30,000 characters only, evaluated on GPL-3 every 100 steps.", seed=107,
+         train_chars=30000, eval_every=100),
+    Plan("charlm_lr_burst_f", "LR x15 for steps 1600-1629.", seed=108, lr_factor=window(1600, 1630, 15.0)),
 ]
 
 
