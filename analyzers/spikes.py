@@ -71,7 +71,9 @@ level and sigma (a smoothly climbing validation loss has almost no second differ
 There, an evaluation starts a spike when it rises over the one before by `early_margin` (5)
 x the largest such rise so far and by at least `early_rise` (10%), standing half that over
 each of the three before (`_early_onsets`): a char-LM's eval loss, falling smoothly, jumped
-+11% at its 14th evaluation when its LR went x5.  Train losses are noisier, and a rule
++11% at its 14th evaluation when its LR went x5.  Before its 8th evaluation only a rise of
+`first_rise` (a doubling) counts: an eval loss turning up by a third as a fine-tune
+overfits is the overfitting detector's.  Train losses are noisier, and a rule
 that blind reported 2-3x blips in the first 40 steps of the char-LMs; but a fine-tune logged
 every 10-50 steps has fewer than 40 train points in all (27 of the first 91 users' runs of
 bench/wild.py).  There, a jump that stays starts a spike (`_young_onsets`): three points in
@@ -163,6 +165,7 @@ class SpikeConfig:
     min_quanta: float = 2.0  # at least 2 representable steps above the level (bf16 rounding)
     early_margin: float = 5.0  # an eval loss before its sigma is known: a rise 5x the largest so far ...
     early_rise: float = 0.1  # ... and at least 10% over the evaluation before
+    first_rise: float = 1.0  # before the baseline's 8th point, from the 5th: at least doubling the evaluation before
     young_points: int = 8  # a train loss from its 16th point until its sigma is known: 3 points in a row above the 8 before ...
     young_rise: float = 0.25  # ... their median 25% over those 8's ...
     young_z: float = 4.0  # ... and 4x the loss's typical change from one point to the next
@@ -518,8 +521,13 @@ class LossSpikeDetector:
         spike when it rises over the evaluation before by `early_margin` (5) x the largest
         rise from one evaluation to the next so far and by at least `early_rise` (10%), stands
         half that over each of the three before (a rebound from a one-point dip is no rise),
-        from the baseline's `min_points`-th point on, on a loss above zero (a rise from
-        exactly 0, or of an objective below 0, has no scale).  Its level is the evaluation
+        on a loss above zero (a rise from exactly 0, or of an objective below 0, has no
+        scale).  From the 5th evaluation, but before the baseline's `min_points`-th (8th)
+        only a rise of `first_rise` (100%, a doubling) or more: there a fine-tune's eval
+        loss often turns up by a third an evaluation as it overfits, which is the overfitting
+        detector's to tell, while a char-LM's went 1.417 -> 114.7 at its 8th evaluation every
+        200 steps when its LR went 300x (`charlm_interval_diverge`), and waiting for the
+        divergence alert took 3 more.  Its level is the evaluation
         before; its sigma, the spread of the changes so far (rough: it only widens the band).
         A char-LM's eval loss, falling smoothly to 1.414 by its 13th evaluation, jumped to
         1.567 (+11%) when the LR went x5 and was back two evaluations later
@@ -534,7 +542,7 @@ class LossSpikeDetector:
         two char-LM runs, 3x in one); `_young_onsets` judges them."""
         c = self.config
         hi = len(w.value)
-        start = max(w.new, c.baseline.min_points, c.confirm_points + 1)  # the three before it, and a change before those
+        start = max(w.new, c.confirm_points + 1)  # the three before it, and a change before those
         if not self.evaluations or w.first or hi <= start:
             return _no_onsets()
         p = start + np.flatnonzero(np.isnan(base.sigma[start:hi]))
@@ -545,7 +553,8 @@ class LossSpikeDetector:
         change = np.where(positive[:-1], v[1:] / np.where(positive[:-1], v[:-1], 1.0) - 1, np.inf)
         largest = np.maximum.accumulate(change)  # largest[j - 1]: of the changes into points 1..j
         level = v[p - 1]
-        bar = np.maximum(c.early_margin * np.maximum(largest[p - 2], 0.0), c.early_rise) * level
+        least = np.where(p < c.baseline.min_points, c.first_rise, c.early_rise)
+        bar = np.maximum(c.early_margin * np.maximum(largest[p - 2], 0.0), least) * level
         lowest = _lowest_since(v, p, c.rise_points)
         sudden = _sudden(v[p], level, lowest, base.quantum[p], c.min_quanta)
         recent = v[p[:, None] - np.arange(1, c.confirm_points + 1)].max(axis=1)

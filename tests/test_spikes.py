@@ -548,6 +548,28 @@ def test_a_jump_of_an_eval_loss_too_short_for_a_sigma_is_a_spike():
     assert LossSpikeDetector().detect(series(v, interval=100)) == []
 
 
+def test_an_eval_loss_that_jumps_manyfold_before_its_eighth_evaluation_is_a_spike_there():
+    # charlm_interval_diverge: eval every 200 steps, 1.417 at its 7th evaluation, 114.7 at
+    # its 8th (the LR 300x), 3.1-3.6 after; the divergence alert waited 3 more evaluations
+    v = falling_evaluations(15)
+    v[7], v[8:] = 80 * v[6], 2.5 * v[6]
+    f = only(LossSpikeDetector(evaluations=True).detect(evaluations(v)))
+    assert (f.start_step, f.severity) == (799, Severity.CRITICAL)
+    assert f.baseline == pytest.approx(v[6])
+    detector = LossSpikeDetector(evaluations=True)
+    assert feed_in_pieces(detector, evaluations(v).fstep, v, [5, 7, 8, 10], "eval/loss", checks=4) == [f]
+
+
+def test_an_eval_loss_rising_by_less_than_double_in_its_first_evaluations_is_no_spike():
+    """Before the 8th evaluation a fine-tune's eval loss often turns up by a third an
+    epoch as it overfits (the overfitting detector's to tell); only a rise that at least
+    doubles it starts a spike there."""
+    v = np.array([2.0, 1.5, 1.3, 1.25, 1.6, 2.2, 3.0, 3.9])  # +28%, +37%, +36%, +30%
+    assert LossSpikeDetector(evaluations=True).detect(evaluations(v)) == []
+    v[4] = 2.6  # +108% at the 5th
+    assert [f.start_step for f in LossSpikeDetector(evaluations=True).detect(evaluations(v))] == [499]
+
+
 def young_fine_tune(seed: int = 0, points: int = 50, noise: float = 0.08) -> np.ndarray:
     """A classifier's train loss logged every 10 steps, as HF Trainer logs a short fine-tune:
     0.67 falling to about 0.37, with `noise` point to point."""
