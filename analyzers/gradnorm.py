@@ -177,7 +177,8 @@ class GradNormDetector:
         return ExplosionState(tail, frozen, stretch, calm_run, current), closed
 
     def _levels(self, x: np.ndarray, trailing: np.ndarray, state: ExplosionState) -> tuple[np.ndarray, float | None, int, int]:
-        """The level of each point: the trailing median, frozen in unstable stretches."""
+        """The level of each point: the trailing median, frozen in unstable stretches (NaN
+        where `_medians_before` left the median out: no point there can stand over it)."""
         c = self.config
         level = trailing.copy()
         starts = np.flatnonzero((trailing > 0) & (x >= c.elevated * trailing))

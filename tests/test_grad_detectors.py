@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import bottleneck as bn
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,7 +16,7 @@ from hypothesis.extra.numpy import arrays
 
 from analyzers.analyze import analyze_run
 from analyzers.findings import Finding, Kind, Severity
-from analyzers.gradnorm import GradNormDetector
+from analyzers.gradnorm import GradNormDetector, _fill_medians_before, _medians_before
 from analyzers.lossscale import LossScaleDetector
 from analyzers.nonfinite import NonFiniteDetector
 from analyzers.roles import Role
@@ -465,10 +466,6 @@ def test_trailing_median_is_the_moving_median_wherever_it_can_matter(norms: np.n
     """The explosion rule works out the trailing median only where a point could stand
     `elevated` times over it (and fills it in at points over the line): there, it is
     `bn.move_median`'s number exactly, NaN, Inf and zeros included."""
-    import bottleneck as bn
-
-    from analyzers.gradnorm import _fill_medians_before, _medians_before
-
     k = min(k, len(norms))
     whole = np.full(len(norms), np.nan)
     if len(norms) > 8:
