@@ -168,7 +168,7 @@ class GradNormDetector:
         trailing = _medians_before(ext, k, c.window, min(c.min_points, c.window), c.elevated)
         level, frozen, stretch, calm_run = self._levels(x, trailing, state)
         over = (level > 0) & (x >= c.ratio * level)
-        _fill_medians_before(trailing, ext, k, np.flatnonzero(over), c.window, min(c.min_points, c.window))
+        _fill_medians_before(trailing, ext, k, np.flatnonzero(over & np.isnan(trailing)), c.window, min(c.min_points, c.window))
         settled = _settled(ext, k, over, c.settle_points)
         current, closed = self._group(state.open, x, t, over, level, trailing, settled)
         tail = ext[-max(c.window, c.settle_points) :].copy()
