@@ -357,6 +357,33 @@ PLANS = [
     Plan("charlm_overfit_late_f", "Trained on 30,000 characters only, evaluated on GPL-3 every 100 steps.", seed=107,
          train_chars=30000, eval_every=100),
     Plan("charlm_lr_burst_f", "LR x15 for steps 1600-1629.", seed=108, lr_factor=window(1600, 1630, 15.0)),
+    # A ninth batch (2026-12-05), all tuning: trends that build over hundreds of steps (LR ramps, late
+    # overfitting), where alerts came 500-700 steps after the labelled onset on the eighth batch.
+    Plan("charlm_lr_ramp_g", "No gradient clipping; from step 900 the LR grows 1.5x every 100 steps, evaluated "
+         "every 100 steps.", seed=111, clip=None, eval_every=100, lr_factor=ramp(900, 1.5)),
+    Plan("charlm_lr_ramp_clip_g", "Gradient clipping at 1; from step 700 the LR grows 2x every 100 steps, "
+         "evaluated every 50 steps.", seed=112, eval_every=50, lr_factor=ramp(700, 2.0)),
+    Plan("charlm_overfit_late_g", "Trained on 20,000 characters only, evaluated on GPL-3 every 100 steps.", seed=113,
+         train_chars=20000, eval_every=100),
+    Plan("charlm_overfit_late_interval_g", "Trained on 40,000 characters only, 3,000 steps; the loss logged every "
+         "20 steps as the mean since the last log, evaluated every 200 steps.", seed=114, steps=3000,
+         train_chars=40000, log_every=20, eval_every=200),
+    Plan("charlm_clean_g", "Clean run, evaluated every 100 steps.", seed=115, eval_every=100),
+    Plan("charlm_lr_ramp_interval_g", "From step 1500 the LR grows 1.5x every 100 steps, 3,000 steps; the loss "
+         "logged every 10 steps as the mean since the last log, evaluated every 200 steps.", seed=116, steps=3000,
+         log_every=10, eval_every=200, lr_factor=ramp(1500, 1.5)),
+    # A tenth batch (2026-12-05), all held out: the same kinds of trend on new seeds and settings, to measure
+    # how early they are told on runs no detector was tuned on (labelled before any detector ran on them).
+    Plan("charlm_lr_ramp_h", "Gradient clipping at 1; from step 1000 the LR grows 1.7x every 100 steps, evaluated "
+         "every 100 steps.", seed=121, eval_every=100, lr_factor=ramp(1000, 1.7)),
+    Plan("charlm_overfit_late_h", "Trained on 25,000 characters only, evaluated on GPL-3 every 100 steps.", seed=122,
+         train_chars=25000, eval_every=100),
+    Plan("charlm_lr_ramp_interval_h", "No gradient clipping; from step 1200 the LR grows 2x every 100 steps, 3,000 "
+         "steps; the loss logged every 20 steps as the mean since the last log, evaluated every 200 steps.",
+         seed=123, steps=3000, log_every=20, eval_every=200, clip=None, lr_factor=ramp(1200, 2.0)),
+    Plan("charlm_overfit_late_b_h", "Trained on 15,000 characters only, evaluated on GPL-3 every 50 steps.", seed=124,
+         train_chars=15000, eval_every=50),
+    Plan("charlm_clean_h", "Clean run, evaluated every 50 steps.", seed=125, eval_every=50),
 ]
 
 
