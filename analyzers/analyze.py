@@ -82,7 +82,8 @@ def _trends(
     lr = next(iter(run.with_role(Role.LEARNING_RATE)), None)
     found = []
     for series in train:
-        found += [f for f in DivergenceDetector(config.trend).detect(series) if not explained_by_spike(f, spikes)]
+        rises = [f for f in DivergenceDetector(config.trend).detect(series) if not explained_by_spike(f, spikes)]
+        found += [f for f in rises if not rise_after_warm_restart(f, lr_restarts, int(series.step[-1]))]
         unmoved = [f for f in InitialLevelDetector(p).detect(series) if not warming_up(lr, f)]
         found += merge_plateaus(unmoved + stalled_plateaus(series, causes, p))
     for series in run.with_role(Role.EVAL_LOSS):

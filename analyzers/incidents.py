@@ -148,16 +148,22 @@ def after_warm_restart(spike: Finding, restarts: list[tuple[int, int | None, int
 
 def rise_after_warm_restart(rise: Finding, restarts: list[tuple[int, int | None, int]], now: int) -> bool:
     """An eval loss's rise (overfitting or divergence) over a warm restart of the LR
-    schedule: its best in the cycle the restart ended, its highest after the restart, and
+    schedule: its best in the cycle the restart ended (or during the restart's climb to
+    its peak LR, or while it still climbs), its highest after the restart, and
     back within a cycle of the restart (or, still up, not yet a cycle past it at `now`, the
     tag's last step).  The eval loss rises with the train loss after each restart and comes
     down as the LR anneals: evaluated every 20 steps over 1,000-step cycles, each restart
-    was a divergence warning ("rose ... and train/loss rose with it")."""
+    was a divergence warning ("rose ... and train/loss rose with it").  A train loss's
+    rise (a divergence, `analyzers.trend`) likewise, its onset being the middle of a block
+    of points: one whose block began before the restart reached its peak LR is its
+    doing (charlm_sgdr_lr_jump_c: onset 904, the block of 897-912, over the restart at
+    900)."""
     peak = rise.peak_step if rise.peak_step is not None else rise.start_step
     last = rise.end_step if rise.end_step is not None else now
+    began = rise.start_step - rise.evidence.get("block_steps", 0) // 2
     return any(
-        start - cycle <= rise.start_step < start <= peak and last - start < cycle
-        for start, _, cycle in restarts
+        start - cycle <= rise.start_step and (top is None or began < max(start, top)) and start <= peak and last - start < cycle
+        for start, top, cycle in restarts
     )
 
 

@@ -106,8 +106,8 @@ class StateOutdated(Exception):
 
 
 # Raise when any detector's state changes shape (or the way it is packed at rest).
-STATE_FORMAT = 12
-READ_FORMATS = (12,)  # 12: a followed spike keeps where its rise began
+STATE_FORMAT = 13
+READ_FORMATS = (13,)  # 13: a divergence may open on a creep
 
 
 # -- the state --------------------------------------------------------------------------
@@ -711,7 +711,8 @@ def _trends(
         mine = [f for t, f in _group(state, "divergence") if t == tag]
         if mine:
             past = [_past_spike(tag, *spike) for spike in state.past_spikes.get(tag, [])]
-            found += [f for f in mine if not explained_by_spike(f, past + spikes)]
+            rises = [f for f in mine if not explained_by_spike(f, past + spikes)]
+            found += [f for f in rises if not rise_after_warm_restart(f, lr_restarts, state.tags[tag].last_step)]
         unmoved = [f for t, f in _group(state, "initial") if t == tag and not _warming_up(series, lr_tags, f)]
         found += merge_plateaus(unmoved + (stalled_plateaus(series[tag], causes, p) if causes else []))
     for tag in by_role[Role.EVAL_LOSS]:

@@ -19,6 +19,21 @@ tests/test_trend.py's cosine runs (2-5% noise, bf16, heavy tails) never reach 20
 their running minimum; `sample_runs/lr_too_high` (best 1.23 at step 38, then above 2.0
 from step 88) and the generated divergences of tests/curves.py (+60% over 40% of the run)
 do, within a few blocks of crossing it.
+
+A **creep** opens one too: `creep_blocks` (4) blocks in a row at least `creep_rise` (5%)
+and `creep_z` (4) sigmas above the lowest level.  An LR that grows a little every step
+lifts the loss slowly: `charlm_lr_ramp_clip_g` (bench/labels trained tuning; the LR doubling
+every 100 steps from step 700) was +5% by 850-899, +10% by 1000-1049 and +21% only by
+1250-1299, before it blew up at 1648; the 20% rule told it at 1299, the creep at 929.  Its
+onset is the last block within `onset_share` (2%) of the low, since a creep's blocks stay
+within a noisy series' 3 sigmas of it long after the climb began (`charlm_lr_ramp_g`: 3
+sigmas were 6% of its loss).  It is a warning until it stands as far up as the rule above
+asks, then critical, and it closes back within half the creep margin.  None of the trained
+tuning runs' healthy losses, logged every step or every 10-20 steps, nor the public logs'
+train losses, stands 4 sigmas up for 3 blocks in a row; 3 sigmas and 3% creep on flat
+losses of 3% noise (tests/test_trend.py).  The rises after an SGDR warm restart do (5-13%
+for 3-8 blocks), and are left out as the eval losses' are
+(`analyzers.incidents.rise_after_warm_restart`).
 """
 
 from __future__ import annotations
@@ -47,6 +62,9 @@ class TrendConfig:
     rising_share: float = 0.6  # of the last 8 block moves, this share upward: "keeps climbing"
     onset_z: float = 3.0  # the onset is the last block within 3 noise sigmas ...
     onset_share: float = 0.02  # ... or 2% of the low: where the rise left the floor
+    creep_rise: float = 0.05  # or a creep: 5% above the lowest level ...
+    creep_z: float = 4.0  # ... and 4 noise sigmas above it ...
+    creep_blocks: int = 4  # ... this many blocks in a row
 
 
 # -- the block trend, shared by the trend detectors -----------------------------------------
@@ -158,9 +176,11 @@ class DivergenceState(StreamState):
     blocks: BlockState
     low: float  # the trend's lowest level so far (inf before any block)
     near_step: int  # the last block within noise of the low: where a rise starts
+    floor_step: int  # the last block within `onset_share` of the low: where a creep starts
     recent: np.ndarray  # the last 9 levels (for "keeps climbing")
     streak: int  # blocks in a row above the margin (closed) or back within half of it (open)
     streak_step: int  # where that streak began
+    crept: int  # closed: blocks in a row above the creep margin; open: 1 if a creep opened it
     open: bool
     onset: int  # the open incident's onset step (where it left its floor)
     base: float  # the open incident's low
@@ -177,7 +197,7 @@ class _Incident:
     """The incident part of a divergence state, changed in place while a feed walks its
     blocks (one state is built at the end, not one per block)."""
 
-    NAMES = ("streak", "streak_step", "open", "onset", "base", "top", "top_step", "above", "opened")
+    NAMES = ("streak", "streak_step", "crept", "open", "onset", "base", "top", "top_step", "above", "opened")
 
     def __init__(self, **values) -> None:
         self.__dict__.update(values)
@@ -195,29 +215,40 @@ class _Incident:
         if new.level[top] > self.top:
             self.top, self.top_step = float(new.level[top]), int(new.step[top])
 
-    def step(self, j: int, new: Blocks, low: float, onset: int, above: bool, back: bool, confirm: int) -> dict | None:
-        """One block through the state machine; the incident's fields when it closes here."""
+    def step(
+        self, j: int, new: Blocks, low: float, onsets: tuple[int, int], above: bool, creep: bool, back: bool, c: TrendConfig
+    ) -> dict | None:
+        """One block through the state machine; the incident's fields when it closes here.
+        `onsets`: the last block within noise of the low and the last within
+        `onset_share` of it, where a rise and a creep start; `above` and `creep`: over the margin and over the creep margin (the
+        lower); `back`: within half of the margin the incident opened by."""
         level, at = float(new.level[j]), int(new.step[j])
         if not self.open:
-            if not above:
-                self.streak, self.top, self.top_step = 0, np.nan, -1
+            if not creep:
+                self.streak, self.crept, self.top, self.top_step = 0, 0, np.nan, -1
                 return None
-            if self.streak == 0 or level > self.top:  # the streak's highest level, and where
+            if self.crept == 0 or level > self.top:  # the streak's highest level, and where
                 self.top, self.top_step = level, at
-            self.streak += 1
-            if self.streak >= confirm:
-                self.open, self.onset, self.base, self.above, self.streak, self.opened = True, onset, low, self.streak, 0, int(new.last_step[j])
+            self.streak = self.streak + 1 if above else 0
+            self.crept += 1
+            if self.streak >= c.confirm_blocks or self.crept >= c.creep_blocks:
+                by_creep = self.streak < c.confirm_blocks
+                self.above = self.crept if by_creep else self.streak
+                self.open, self.onset, self.base, self.streak = True, onsets[by_creep], low, 0
+                self.opened = int(new.last_step[j])
+                self.crept = int(by_creep)
             return None
-        self.above += above
+        self.above += creep if self.crept else above
         if level > self.top:
             self.top, self.top_step = level, at
         if back and self.streak == 0:
             self.streak_step = at
         self.streak = self.streak + 1 if back else 0
-        if self.streak < confirm:
+        if self.streak < c.confirm_blocks:
             return None
         done = {**self.fields(), "end": self.streak_step}
-        self.streak, self.open, self.onset, self.base, self.top, self.top_step, self.above, self.opened = 0, False, -1, np.nan, np.nan, -1, 0, -1
+        self.streak, self.crept, self.open, self.onset, self.base = 0, 0, False, -1, np.nan
+        self.top, self.top_step, self.above, self.opened = np.nan, -1, 0, -1
         return done
 
 
@@ -229,7 +260,7 @@ class DivergenceDetector:
         self.config = config
 
     def start(self) -> DivergenceState:
-        return DivergenceState(empty_blocks(), np.inf, -1, np.zeros(0), 0, -1, False, -1, np.nan, np.nan, -1, np.nan, -1, 0.0, 0, -1)
+        return DivergenceState(empty_blocks(), np.inf, -1, -1, np.zeros(0), 0, -1, 0, False, -1, np.nan, np.nan, -1, np.nan, -1, 0.0, 0, -1)
 
     def detect(self, series: Series) -> list[Finding]:
         return detect_at_once(self, series.step, series.value, series.tag)
@@ -245,30 +276,35 @@ class DivergenceDetector:
             return state, [], self._open(state, tag)
         low = np.minimum.accumulate(np.concatenate([[state.low], new.level]))[1:]
         margin = np.maximum(c.divergence_rise * np.abs(low), c.divergence_z * new.sigma)
+        creep_margin = np.maximum(c.creep_rise * np.abs(low), c.creep_z * new.sigma)
         rise = new.level - low
-        above, back = (rise > 0) & (rise >= margin), rise <= margin / 2
+        above, creep = (rise > 0) & (rise >= margin), (rise > 0) & (rise >= creep_margin)
+        back, back_creep = rise <= margin / 2, rise <= creep_margin / 2
         near = rise <= np.maximum(c.onset_z * new.sigma, c.onset_share * np.abs(low))
         near_step = np.maximum.accumulate(np.where(near, new.step, state.near_step))
+        floor_step = np.maximum.accumulate(np.where(rise <= c.onset_share * np.abs(low), new.step, state.floor_step))
         closed: list[Finding] = []
         inc = _Incident.of(state)
-        ups, backs = np.flatnonzero(above), np.flatnonzero(back)
+        creeps, backs = np.flatnonzero(creep), (np.flatnonzero(back), np.flatnonzero(back_creep))
         j = 0
         # Only blocks where the incident can change are visited one by one: the loop is
         # over events, not points.
         while j < n:
-            if not inc.open and inc.streak == 0:
-                k = int(np.searchsorted(ups, j))
-                if k == len(ups):
+            if not inc.open and inc.crept == 0:
+                k = int(np.searchsorted(creeps, j))
+                if k == len(creeps):
                     break
-                j = int(ups[k])
+                j = int(creeps[k])
             elif inc.open and inc.streak == 0:
-                k = int(np.searchsorted(backs, j))
-                stop = int(backs[k]) if k < len(backs) else n
+                mine = backs[inc.crept]
+                k = int(np.searchsorted(mine, j))
+                stop = int(mine[k]) if k < len(mine) else n
                 if stop > j:  # blocks still up: only the top and the count move
-                    inc.hold(new, above, j, stop)
+                    inc.hold(new, creep if inc.crept else above, j, stop)
                     j = stop
                     continue
-            done = inc.step(j, new, float(low[j]), int(near_step[j]), bool(above[j]), bool(back[j]), c.confirm_blocks)
+            came_back = bool(back_creep[j] if inc.open and inc.crept else back[j])
+            done = inc.step(j, new, float(low[j]), (int(near_step[j]), int(floor_step[j])), bool(above[j]), bool(creep[j]), came_back, c)
             if done is not None:
                 end = done.pop("end")
                 # judged by this block's noise: the state's latest values depend on how the
@@ -277,7 +313,7 @@ class DivergenceDetector:
                 closed.append(self._finding(at_close, tag, end=end, now=float(new.level[j])))
             j += 1
         s = replace(
-            state, **inc.fields(), low=float(low[-1]), near_step=int(near_step[-1]),
+            state, **inc.fields(), low=float(low[-1]), near_step=int(near_step[-1]), floor_step=int(floor_step[-1]),
             recent=np.concatenate([state.recent, new.level])[-9:], level=float(new.level[-1]),
             level_step=int(new.step[-1]), noise=float(new.sigma[-1]),
         )
@@ -293,15 +329,20 @@ class DivergenceDetector:
         rising = bool(
             end is None and len(moves) and float(np.mean(moves > 0)) >= c.rising_share and now >= top - 0.1 * (top - base)
         )
+        crept = bool(s.crept) and top - base < max(c.divergence_rise * abs(base), c.divergence_z * s.noise)
         if end is None:
             how = "keeps climbing" if rising else "has stayed up"
-            message = f"{tag} has been rising since step {s.onset}: its trend went {base:.4g} -> {now:.4g} and {how} (divergence)"
+            if crept:
+                up = f"+{(now / base - 1) * 100:.0f}%" if base > 0 else "up"
+                message = f"{tag} has been creeping up since step {s.onset}: its trend went {base:.4g} -> {now:.4g} ({up}) and {how} (divergence)"
+            else:
+                message = f"{tag} has been rising since step {s.onset}: its trend went {base:.4g} -> {now:.4g} and {how} (divergence)"
         else:
             message = f"{tag} rose from step {s.onset}: its trend went {base:.4g} -> {top:.4g}, and was back by step {end} (divergence, over)"
         return Finding(
             kind=Kind.DIVERGENCE,
             tag=tag,
-            severity=Severity.CRITICAL if end is None else Severity.WARNING,
+            severity=Severity.CRITICAL if end is None and not crept else Severity.WARNING,
             start_step=s.onset,
             peak_step=s.top_step,
             end_step=end,
@@ -315,5 +356,13 @@ class DivergenceDetector:
                 "seed: lower the learning rate, check the init std, use bf16 rather than fp16, Adam "
                 "beta2 = 0.95, and the data mixture at that point. Restarts alone only delay it."
             ),
-            evidence={"still_rising": rising, "noise": s.noise, "level_now": now, "blocks_above": s.above, "told_at": s.opened},
+            evidence={"still_rising": rising, "noise": s.noise, "level_now": now, "blocks_above": s.above, "told_at": s.opened,
+                      "block_steps": _block_steps(s.blocks, c.block_points)},
         )
+
+
+def _block_steps(blocks: BlockState, size: int) -> int:
+    """How many steps a block of `size` points spans, at the series' mean interval."""
+    if blocks.points < 2:
+        return size
+    return round(size * (blocks.last_step - blocks.first_step) / (blocks.points - 1))

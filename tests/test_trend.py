@@ -74,6 +74,50 @@ def test_a_spike_long_after_a_divergence_was_told_does_not_take_it_back():
             assert [g.start_step for g in closed + open_ if g.kind is Kind.DIVERGENCE] == [f.start_step], a
 
 
+def creeping(n: int = 4000, at: int = 2000, per_1000: float = 0.1, seed: int = 3) -> np.ndarray:
+    """A loss flat at 1.4 after its fall that creeps up by `per_1000` every 1,000 steps from
+    `at` (an LR that grows a little every step), with 3% minibatch noise."""
+    steps = np.arange(n)
+    trend = 1.4 + 3 * np.exp(-steps / 200) + 1.4 * per_1000 * np.clip(steps - at, 0, None) / 1000
+    return trend * (1 + 0.03 * np.random.default_rng(seed).standard_normal(n))
+
+
+def test_a_loss_that_creeps_up_is_a_divergence_warning_long_before_it_is_20_percent_up():
+    """charlm_lr_ramp_clip_g (bench/labels trained tuning): the LR doubling every 100 steps
+    from 700, the loss +5% by 850-899, +10% by 1000-1049, +21% only by 1250-1299; told at
+    1299 by the 20% rule, at 929 by the creep rule."""
+    loss = creeping(n=2700, per_1000=0.2)  # +14% by the end
+    [f] = kinds(analyze_run(run({"train/loss": loss})), Kind.DIVERGENCE)
+    assert 1900 <= f.start_step <= 2150 and f.ongoing and f.severity is Severity.WARNING
+    assert f.evidence["told_at"] <= 2300  # 5% up by 2250, 20% not before 3000
+    assert f.message == (
+        f"train/loss has been creeping up since step {f.start_step}: its trend went {f.baseline:.4g} -> "
+        f"{f.evidence['level_now']:.4g} (+{(f.evidence['level_now'] / f.baseline - 1) * 100:.0f}%) and keeps climbing (divergence)"
+    )
+
+
+def test_a_creep_that_goes_on_to_20_percent_is_the_same_divergence_turned_critical():
+    loss = creeping(per_1000=0.2, n=5000)
+    state, seen = start_run(), []
+    for a in range(0, 5000, 100):
+        zero = np.zeros(100, np.int32)
+        state, closed, open_ = feed_run(state, {"train/loss": TagWrites(np.arange(a, a + 100), loss[a : a + 100], zero)}, ())
+        seen += [(a, g.start_step, g.severity) for g in closed + open_ if g.kind is Kind.DIVERGENCE]
+    assert len({start for _, start, _ in seen}) == 1
+    assert seen[0][2] is Severity.WARNING and seen[-1][2] is Severity.CRITICAL
+    [f] = kinds(analyze_run(run({"train/loss": loss})), Kind.DIVERGENCE)
+    assert (f.start_step, f.severity) == (seen[-1][1], Severity.CRITICAL)
+    assert f.message.startswith(f"train/loss has been rising since step {f.start_step}: ")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_flat_noisy_loss_never_creeps(seed):
+    """3% noise around a flat 1.4 for 20,000 steps: the lowest of many block medians lies a
+    few sigmas under their level, which the creep margin of 5% and 4 sigmas clears."""
+    loss = creeping(n=20000, at=20000, seed=seed)
+    assert kinds(analyze_run(run({"train/loss": loss})), Kind.DIVERGENCE) == []
+
+
 def test_constant_zero_and_negative_losses_do_not_diverge():
     assert kinds(analyze_run(run({"train/loss": np.zeros(2000)})), Kind.DIVERGENCE) == []
     falling = -np.linspace(1, 5, 2000)  # an ELBO-like loss going more negative is improving
