@@ -21,19 +21,23 @@ from step 88) and the generated divergences of tests/curves.py (+60% over 40% of
 do, within a few blocks of crossing it.
 
 A **creep** opens one too: `creep_blocks` (4) blocks in a row at least `creep_rise` (5%)
-and `creep_z` (4) sigmas above the lowest level.  An LR that grows a little every step
-lifts the loss slowly: `charlm_lr_ramp_clip_g` (bench/labels trained tuning; the LR doubling
-every 100 steps from step 700) was +5% by 850-899, +10% by 1000-1049 and +21% only by
-1250-1299, before it blew up at 1648; the 20% rule told it at 1299, the creep at 929.  Its
-onset is the last block within `onset_share` (2%) of the low, since a creep's blocks stay
-within a noisy series' 3 sigmas of it long after the climb began (`charlm_lr_ramp_g`: 3
-sigmas were 6% of its loss).  It is a warning until it stands as far up as the rule above
-asks, then critical, and it closes back within half the creep margin.  None of the trained
-tuning runs' healthy losses, logged every step or every 10-20 steps, nor the public logs'
-train losses, stands 4 sigmas up for 3 blocks in a row; 3 sigmas and 3% creep on flat
-losses of 3% noise (tests/test_trend.py).  The rises after an SGDR warm restart do (5-13%
-for 3-8 blocks), and are left out as the eval losses' are
-(`analyzers.incidents.rise_after_warm_restart`).
+and `creep_z` (4) sigmas above the floor, the lowest median of 3 blocks in a row.  An LR
+that grows a little every step lifts the loss slowly: `charlm_lr_ramp_clip_g` (bench/labels
+trained tuning; the LR doubling every 100 steps from step 700) was +5% by 850-899, +10% by
+1000-1049 and +21% only by 1250-1299, before it blew up at 1648; the 20% rule told it at
+1299, the creep at 929.  The floor, not the lowest block: a healthy loss wanders, and its
+luckiest block lies far below where it settles (the 1.5B speedrun's loss, with its clusters
+of one-step spikes, `ext_speedrun_scaleup_1p5b`, stood 5-10% over its lowest block for 4
+blocks in a row from half of the 222 points it can be watched from; `sample_runs/
+stalled_lr`, flat with 10% noise, 14% over it).  Over the floor, no window of the six LLM
+pretraining logs (2,514 starting points) nor of the healthy train losses of the trained
+tuning runs and public logs (1,110) creeps (bench/labels).  Its onset is the knee of the
+hinge (flat, then a straight climb) that best fits the levels since the floor
+(`_creep_onset`): the last block near the floor comes late on a noisy loss, since a creep's
+first blocks stay within its noise.  A creep is a warning until it stands as far up as the
+rule above asks, then critical, and it closes back within half the creep margin.  The
+rises after an SGDR warm restart creep too (5-13% for 3-8 blocks), and are left out as the
+eval losses' are (`analyzers.incidents.rise_after_warm_restart`).
 """
 
 from __future__ import annotations
@@ -62,8 +66,8 @@ class TrendConfig:
     rising_share: float = 0.6  # of the last 8 block moves, this share upward: "keeps climbing"
     onset_z: float = 3.0  # the onset is the last block within 3 noise sigmas ...
     onset_share: float = 0.02  # ... or 2% of the low: where the rise left the floor
-    creep_rise: float = 0.05  # or a creep: 5% above the lowest level ...
-    creep_z: float = 4.0  # ... and 4 noise sigmas above it ...
+    creep_rise: float = 0.05  # or a creep: 5% ...
+    creep_z: float = 4.0  # ... and 4 noise sigmas above the floor (the lowest median of 3 blocks) ...
     creep_blocks: int = 4  # ... this many blocks in a row
 
 
@@ -170,14 +174,18 @@ def _before_each(ring: np.ndarray, new: np.ndarray, count: int, history: int, ne
 
 # -- divergence ------------------------------------------------------------------------------
 
+ONSET_BLOCKS = 64  # block levels kept to find where a creep began
+
 
 @dataclass(frozen=True)
 class DivergenceState(StreamState):
     blocks: BlockState
     low: float  # the trend's lowest level so far (inf before any block)
     near_step: int  # the last block within noise of the low: where a rise starts
-    floor_step: int  # the last block within `onset_share` of the low: where a creep starts
-    recent: np.ndarray  # the last 9 levels (for "keeps climbing")
+    floor: float  # the lowest median of 3 blocks in a row: the level a creep is measured from ...
+    floor_step: int  # ... and the step of the first of those blocks
+    recent: np.ndarray  # the last `ONSET_BLOCKS` levels ("keeps climbing"; where a creep began) ...
+    recent_step: np.ndarray  # ... and their steps
     streak: int  # blocks in a row above the margin (closed) or back within half of it (open)
     streak_step: int  # where that streak began
     crept: int  # closed: blocks in a row above the creep margin; open: 1 if a creep opened it
@@ -216,12 +224,12 @@ class _Incident:
             self.top, self.top_step = float(new.level[top]), int(new.step[top])
 
     def step(
-        self, j: int, new: Blocks, low: float, onsets: tuple[int, int], above: bool, creep: bool, back: bool, c: TrendConfig
+        self, j: int, new: Blocks, lows: tuple[float, float], onset: int, above: bool, creep: bool, back: bool, c: TrendConfig
     ) -> dict | None:
         """One block through the state machine; the incident's fields when it closes here.
-        `onsets`: the last block within noise of the low and the last within
-        `onset_share` of it, where a rise and a creep start; `above` and `creep`: over the margin and over the creep margin (the
-        lower); `back`: within half of the margin the incident opened by."""
+        `lows`: what a rise and a creep are measured from; `onset`: where a rise started
+        (a creep's is worked out by the caller); `above` and `creep`: over the margin and
+        over the creep margin; `back`: within half of the margin the incident opened by."""
         level, at = float(new.level[j]), int(new.step[j])
         if not self.open:
             if not creep:
@@ -234,7 +242,7 @@ class _Incident:
             if self.streak >= c.confirm_blocks or self.crept >= c.creep_blocks:
                 by_creep = self.streak < c.confirm_blocks
                 self.above = self.crept if by_creep else self.streak
-                self.open, self.onset, self.base, self.streak = True, onsets[by_creep], low, 0
+                self.open, self.onset, self.base, self.streak = True, onset, lows[by_creep], 0
                 self.opened = int(new.last_step[j])
                 self.crept = int(by_creep)
             return None
@@ -260,7 +268,7 @@ class DivergenceDetector:
         self.config = config
 
     def start(self) -> DivergenceState:
-        return DivergenceState(empty_blocks(), np.inf, -1, -1, np.zeros(0), 0, -1, 0, False, -1, np.nan, np.nan, -1, np.nan, -1, 0.0, 0, -1)
+        return DivergenceState(empty_blocks(), np.inf, -1, np.inf, -1, np.zeros(0), np.zeros(0, np.int64), 0, -1, 0, False, -1, np.nan, np.nan, -1, np.nan, -1, 0.0, 0, -1)
 
     def detect(self, series: Series) -> list[Finding]:
         return detect_at_once(self, series.step, series.value, series.tag)
@@ -276,13 +284,18 @@ class DivergenceDetector:
             return state, [], self._open(state, tag)
         low = np.minimum.accumulate(np.concatenate([[state.low], new.level]))[1:]
         margin = np.maximum(c.divergence_rise * np.abs(low), c.divergence_z * new.sigma)
-        creep_margin = np.maximum(c.creep_rise * np.abs(low), c.creep_z * new.sigma)
         rise = new.level - low
-        above, creep = (rise > 0) & (rise >= margin), (rise > 0) & (rise >= creep_margin)
-        back, back_creep = rise <= margin / 2, rise <= creep_margin / 2
+        med3 = _medians_of_3(state.recent, new.level)
+        floor = np.minimum.accumulate(np.concatenate([[state.floor], med3]))[1:]
+        chain = np.concatenate([state.recent_step[-2:], new.step])
+        first_of_3 = np.concatenate([np.full(n + 2 - len(chain), chain[0]), chain])[:n]  # the step two blocks before each
+        floor_step = np.maximum.accumulate(np.where(med3 <= floor, first_of_3, state.floor_step))
+        crept = new.level - floor
+        creep_margin = np.maximum(c.creep_rise * np.abs(floor), c.creep_z * new.sigma)
+        above, creep = (rise > 0) & (rise >= margin), (crept > 0) & (crept >= creep_margin)
+        back, back_creep = rise <= margin / 2, crept <= creep_margin / 2
         near = rise <= np.maximum(c.onset_z * new.sigma, c.onset_share * np.abs(low))
         near_step = np.maximum.accumulate(np.where(near, new.step, state.near_step))
-        floor_step = np.maximum.accumulate(np.where(rise <= c.onset_share * np.abs(low), new.step, state.floor_step))
         closed: list[Finding] = []
         inc = _Incident.of(state)
         creeps, backs = np.flatnonzero(creep), (np.flatnonzero(back), np.flatnonzero(back_creep))
@@ -304,7 +317,12 @@ class DivergenceDetector:
                     j = stop
                     continue
             came_back = bool(back_creep[j] if inc.open and inc.crept else back[j])
-            done = inc.step(j, new, float(low[j]), (int(near_step[j]), int(floor_step[j])), bool(above[j]), bool(creep[j]), came_back, c)
+            was_open = inc.open
+            done = inc.step(j, new, (float(low[j]), float(floor[j])), int(near_step[j]), bool(above[j]), bool(creep[j]), came_back, c)
+            if inc.open and not was_open and inc.crept:
+                levels = np.concatenate([state.recent, new.level[: j + 1]])
+                steps = np.concatenate([state.recent_step, new.step[: j + 1]])
+                inc.onset = _creep_onset(levels[steps >= floor_step[j]], steps[steps >= floor_step[j]])
             if done is not None:
                 end = done.pop("end")
                 # judged by this block's noise: the state's latest values depend on how the
@@ -313,8 +331,9 @@ class DivergenceDetector:
                 closed.append(self._finding(at_close, tag, end=end, now=float(new.level[j])))
             j += 1
         s = replace(
-            state, **inc.fields(), low=float(low[-1]), near_step=int(near_step[-1]), floor_step=int(floor_step[-1]),
-            recent=np.concatenate([state.recent, new.level])[-9:], level=float(new.level[-1]),
+            state, **inc.fields(), low=float(low[-1]), near_step=int(near_step[-1]), floor=float(floor[-1]), floor_step=int(floor_step[-1]),
+            recent=np.concatenate([state.recent, new.level])[-ONSET_BLOCKS:],
+            recent_step=np.concatenate([state.recent_step, new.step])[-ONSET_BLOCKS:], level=float(new.level[-1]),
             level_step=int(new.step[-1]), noise=float(new.sigma[-1]),
         )
         return s, closed, self._open(s, tag)
@@ -325,7 +344,7 @@ class DivergenceDetector:
     def _finding(self, s: DivergenceState, tag: str, end: int | None, now: float) -> Finding:
         c = self.config
         base, top = s.base, s.top
-        moves = np.diff(s.recent)
+        moves = np.diff(s.recent[-9:])
         rising = bool(
             end is None and len(moves) and float(np.mean(moves > 0)) >= c.rising_share and now >= top - 0.1 * (top - base)
         )
@@ -366,3 +385,32 @@ def _block_steps(blocks: BlockState, size: int) -> int:
     if blocks.points < 2:
         return size
     return round(size * (blocks.last_step - blocks.first_step) / (blocks.points - 1))
+
+
+def _medians_of_3(recent: np.ndarray, levels: np.ndarray) -> np.ndarray:
+    """For each new block level, the median of it and the two before (inf until there are
+    three): a floor the luck of one block does not set."""
+    chain = np.concatenate([recent[-2:], levels])
+    if len(chain) < 3:
+        return np.full(len(levels), np.inf)
+    med = bn.move_median(chain, 3)[len(chain) - len(levels) :]
+    med[np.isnan(med)] = np.inf
+    return med
+
+
+def _creep_onset(levels: np.ndarray, steps: np.ndarray) -> int:
+    """Where a creep began: the knee of the hinge (flat, then a straight climb) that best
+    fits, by least squares, the block levels since its floor (at most `ONSET_BLOCKS`).  A
+    creep's first blocks stand within a noisy series' noise of its floor, so the last block
+    near the floor comes hundreds of steps late (`charlm_lr_ramp_g`), and the floor itself
+    may lie far back on a flat stretch (a cosine run's tail)."""
+    y = levels[-ONSET_BLOCKS:]
+    if len(y) < 3:
+        return int(steps[-len(y)])
+    x = np.arange(len(y), dtype=float)
+    h = np.maximum(x[None, :] - x[: len(y) - 2, None], 0.0)  # one hinge per knee
+    hc = h - h.mean(axis=1, keepdims=True)
+    yc = y - y.mean()
+    slope = (hc @ yc) / (hc * hc).sum(axis=1)
+    sse = ((yc[None, :] - slope[:, None] * hc) ** 2).sum(axis=1)
+    return int(steps[-len(y) :][int(np.argmin(sse))])

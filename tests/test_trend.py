@@ -85,11 +85,12 @@ def creeping(n: int = 4000, at: int = 2000, per_1000: float = 0.1, seed: int = 3
 def test_a_loss_that_creeps_up_is_a_divergence_warning_long_before_it_is_20_percent_up():
     """charlm_lr_ramp_clip_g (bench/labels trained tuning): the LR doubling every 100 steps
     from 700, the loss +5% by 850-899, +10% by 1000-1049, +21% only by 1250-1299; told at
-    1299 by the 20% rule, at 929 by the creep rule."""
+    1299 by the 20% rule, at 927 by the creep rule."""
     loss = creeping(n=2700, per_1000=0.2)  # +14% by the end
     [f] = kinds(analyze_run(run({"train/loss": loss})), Kind.DIVERGENCE)
-    assert 1900 <= f.start_step <= 2150 and f.ongoing and f.severity is Severity.WARNING
-    assert f.evidence["told_at"] <= 2300  # 5% up by 2250, 20% not before 3000
+    # +0.3% a block in 1% block noise: where it began is known to about ten blocks
+    assert 1800 <= f.start_step <= 2150 and f.ongoing and f.severity is Severity.WARNING
+    assert f.evidence["told_at"] <= 2400  # 5% up by 2250, 20% not before 3000
     assert f.message == (
         f"train/loss has been creeping up since step {f.start_step}: its trend went {f.baseline:.4g} -> "
         f"{f.evidence['level_now']:.4g} (+{(f.evidence['level_now'] / f.baseline - 1) * 100:.0f}%) and keeps climbing (divergence)"
@@ -113,9 +114,21 @@ def test_a_creep_that_goes_on_to_20_percent_is_the_same_divergence_turned_critic
 @pytest.mark.parametrize("seed", range(5))
 def test_a_flat_noisy_loss_never_creeps(seed):
     """3% noise around a flat 1.4 for 20,000 steps: the lowest of many block medians lies a
-    few sigmas under their level, which the creep margin of 5% and 4 sigmas clears."""
+    few sigmas under their level; the floor, their lowest median of 3 in a row, less."""
     loss = creeping(n=20000, at=20000, seed=seed)
     assert kinds(analyze_run(run({"train/loss": loss})), Kind.DIVERGENCE) == []
+
+
+def test_a_flat_loss_that_wanders_does_not_creep_over_its_luckiest_block():
+    """sample_runs/stalled_lr: flat from step 200 at 10% noise whose 16-point medians wander
+    by a few percent; measured from its lowest block (0.864) it stood 5-14% up for 4 blocks
+    in a row, "rose from step 1448 ... back by step 2104"; from its floor, it does not."""
+    from app.analysis import analyze
+    from app.ingest.sources import read_path
+    from tests.conftest import REPO
+
+    [stalled] = read_path(str(REPO / "sample_runs" / "stalled_lr")).runs.values()
+    assert [a.finding for a in analyze("s", stalled) if a.finding.kind is Kind.DIVERGENCE] == []
 
 
 def test_constant_zero_and_negative_losses_do_not_diverge():
