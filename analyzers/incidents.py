@@ -162,8 +162,8 @@ def rise_after_warm_restart(rise: Finding, restarts: list[tuple[int, int | None,
     last = rise.end_step if rise.end_step is not None else now
     began = rise.start_step - rise.evidence.get("block_steps", 0) // 2
     return any(
-        start - cycle <= rise.start_step and (top is None or began < max(start, top)) and start <= peak and last - start < cycle
-        for start, top, cycle in restarts
+        start - cycle <= rise.start_step and (lr_peak is None or began < max(start, lr_peak)) and start <= peak and last - start < cycle
+        for start, lr_peak, cycle in restarts
     )
 
 
