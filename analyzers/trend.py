@@ -182,8 +182,7 @@ class DivergenceState(StreamState):
     blocks: BlockState
     low: float  # the trend's lowest level so far (inf before any block)
     near_step: int  # the last block within noise of the low: where a rise starts
-    floor: float  # the lowest median of 3 blocks in a row: the level a creep is measured from ...
-    floor_step: int  # ... and the step of the first of those blocks
+    floor: float  # the lowest median of 3 blocks in a row: the level a creep is measured from
     recent: np.ndarray  # the last `ONSET_BLOCKS` levels ("keeps climbing"; where a creep began) ...
     recent_step: np.ndarray  # ... and their steps
     streak: int  # blocks in a row above the margin (closed) or back within half of it (open)
@@ -268,7 +267,7 @@ class DivergenceDetector:
         self.config = config
 
     def start(self) -> DivergenceState:
-        return DivergenceState(empty_blocks(), np.inf, -1, np.inf, -1, np.zeros(0), np.zeros(0, np.int64), 0, -1, 0, False, -1, np.nan, np.nan, -1, np.nan, -1, 0.0, 0, -1)
+        return DivergenceState(empty_blocks(), np.inf, -1, np.inf, np.zeros(0), np.zeros(0, np.int64), 0, -1, 0, False, -1, np.nan, np.nan, -1, np.nan, -1, 0.0, 0, -1)
 
     def detect(self, series: Series) -> list[Finding]:
         return detect_at_once(self, series.step, series.value, series.tag)
@@ -287,13 +286,10 @@ class DivergenceDetector:
         rise = new.level - low
         med3 = _medians_of_3(state.recent, new.level)
         floor = np.minimum.accumulate(np.concatenate([[state.floor], med3]))[1:]
-        chain = np.concatenate([state.recent_step[-2:], new.step])
-        first_of_3 = np.concatenate([np.full(n + 2 - len(chain), chain[0]), chain])[:n]  # the step two blocks before each
-        floor_step = np.maximum.accumulate(np.where(med3 <= floor, first_of_3, state.floor_step))
-        crept = new.level - floor
+        over_floor = new.level - floor
         creep_margin = np.maximum(c.creep_rise * np.abs(floor), c.creep_z * new.sigma)
-        above, creep = (rise > 0) & (rise >= margin), (crept > 0) & (crept >= creep_margin)
-        back, back_creep = rise <= margin / 2, crept <= creep_margin / 2
+        above, creep = (rise > 0) & (rise >= margin), (over_floor > 0) & (over_floor >= creep_margin)
+        back, back_creep = rise <= margin / 2, over_floor <= creep_margin / 2
         near = rise <= np.maximum(c.onset_z * new.sigma, c.onset_share * np.abs(low))
         near_step = np.maximum.accumulate(np.where(near, new.step, state.near_step))
         closed: list[Finding] = []
@@ -320,9 +316,9 @@ class DivergenceDetector:
             was_open = inc.open
             done = inc.step(j, new, (float(low[j]), float(floor[j])), int(near_step[j]), bool(above[j]), bool(creep[j]), came_back, c)
             if inc.open and not was_open and inc.crept:
-                levels = np.concatenate([state.recent, new.level[: j + 1]])
-                steps = np.concatenate([state.recent_step, new.step[: j + 1]])
-                inc.onset = _creep_onset(levels[steps >= floor_step[j]], steps[steps >= floor_step[j]])
+                levels = np.concatenate([state.recent, new.level[: j + 1]])[-ONSET_BLOCKS:]
+                steps = np.concatenate([state.recent_step, new.step[: j + 1]])[-ONSET_BLOCKS:]
+                inc.onset = _creep_onset(levels, steps, float(floor[j]))
             if done is not None:
                 end = done.pop("end")
                 # judged by this block's noise: the state's latest values depend on how the
@@ -331,7 +327,7 @@ class DivergenceDetector:
                 closed.append(self._finding(at_close, tag, end=end, now=float(new.level[j])))
             j += 1
         s = replace(
-            state, **inc.fields(), low=float(low[-1]), near_step=int(near_step[-1]), floor=float(floor[-1]), floor_step=int(floor_step[-1]),
+            state, **inc.fields(), low=float(low[-1]), near_step=int(near_step[-1]), floor=float(floor[-1]),
             recent=np.concatenate([state.recent, new.level])[-ONSET_BLOCKS:],
             recent_step=np.concatenate([state.recent_step, new.step])[-ONSET_BLOCKS:], level=float(new.level[-1]),
             level_step=int(new.step[-1]), noise=float(new.sigma[-1]),
@@ -398,19 +394,22 @@ def _medians_of_3(recent: np.ndarray, levels: np.ndarray) -> np.ndarray:
     return med
 
 
-def _creep_onset(levels: np.ndarray, steps: np.ndarray) -> int:
+def _creep_onset(levels: np.ndarray, steps: np.ndarray, floor: float) -> int:
     """Where a creep began: the knee of the hinge (flat, then a straight climb) that best
-    fits, by least squares, the block levels since its floor (at most `ONSET_BLOCKS`).  A
-    creep's first blocks stand within a noisy series' noise of its floor, so the last block
-    near the floor comes hundreds of steps late (`charlm_lr_ramp_g`), and the floor itself
-    may lie far back on a flat stretch (a cosine run's tail)."""
-    y = levels[-ONSET_BLOCKS:]
+    fits, by least squares, the block levels since its `floor` (from the first of the 3
+    blocks whose median it is, or all those given if it is older).  A creep's first blocks
+    stand within a noisy series' noise of its floor, so the last block near the floor comes
+    hundreds of steps late (`charlm_lr_ramp_g`), and the floor itself may lie far back on a
+    flat stretch (a cosine run's tail)."""
+    med3 = _medians_of_3(np.zeros(0), levels)
+    at = np.flatnonzero(med3 == floor)
+    y, steps = (levels[at[-1] - 2 :], steps[at[-1] - 2 :]) if len(at) else (levels, steps)
     if len(y) < 3:
-        return int(steps[-len(y)])
+        return int(steps[0])
     x = np.arange(len(y), dtype=float)
     h = np.maximum(x[None, :] - x[: len(y) - 2, None], 0.0)  # one hinge per knee
     hc = h - h.mean(axis=1, keepdims=True)
     yc = y - y.mean()
     slope = (hc @ yc) / (hc * hc).sum(axis=1)
     sse = ((yc[None, :] - slope[:, None] * hc) ** 2).sum(axis=1)
-    return int(steps[-len(y) :][int(np.argmin(sse))])
+    return int(steps[int(np.argmin(sse))])
