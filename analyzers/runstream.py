@@ -106,8 +106,8 @@ class StateOutdated(Exception):
 
 
 # Raise when any detector's state changes shape (or the way it is packed at rest).
-STATE_FORMAT = 13
-READ_FORMATS = (13,)  # 13: a divergence may open on a creep
+STATE_FORMAT = 14
+READ_FORMATS = (14,)  # 14: a divergence block spans at most 64 steps
 
 
 # -- the state --------------------------------------------------------------------------

@@ -3,7 +3,13 @@
 
 The trend is the median of each block of `block_points` logged points (16: the median of 16
 minibatch losses of 2-5% noise moves by under 1.5%, a hundredth of a 20% rise), cut from
-the first finite point on, so a series fed in pieces is cut where it is cut whole.  The
+the first finite point on, so a series fed in pieces is cut where it is cut whole.  A
+coarse log takes fewer: the points of `block_steps` (64) steps at the interval of its first
+16 points, but at least `min_block_points` (8).  At 16 points a block, a loss logged every
+10 steps moved in blocks of 160 steps, and `charlm_lr_ramp_interval_g`'s creep (bench/labels
+trained tuning) was told 1,009 steps after it began; at 8, after 529.  Fewer than 8 points
+are too noisy a level: on flat losses of 3% noise, 20,000 points each, 4 of 20 rose falsely
+at 6 points a block, 49 at 5, none at 8 (tests/test_trend.py).  The
 noise of one block level is taken from second differences of block levels (they cancel a
 straight trend: a steep warm-up is not noise), as the median over the `noise_blocks`
 blocks before it.  The state a detector keeps is the partial block, the last two levels,
@@ -58,7 +64,9 @@ D2_MAD_TO_SIGMA = 1.0 / (0.6744897501960817 * np.sqrt(6.0))
 
 @dataclass(frozen=True)
 class TrendConfig:
-    block_points: int = 16  # the trend is the median of each 16 logged points
+    block_points: int = 16  # the trend is the median of each 16 logged points ...
+    block_steps: int = 64  # ... or of the points in 64 steps, if fewer ...
+    min_block_points: int = 8  # ... but at least 8
     noise_blocks: int = 32  # a level's noise: the median over the 32 blocks before it
     confirm_blocks: int = 3  # a rise (or a return) holds this many blocks in a row
     divergence_rise: float = 0.2  # 20% above the trend's lowest level ...
@@ -180,6 +188,7 @@ ONSET_BLOCKS = 64  # block levels kept to find where a creep began
 @dataclass(frozen=True)
 class DivergenceState(StreamState):
     blocks: BlockState
+    size: int  # points per block, set by the first `block_points` points' interval (0 before)
     low: float  # the trend's lowest level so far (inf before any block)
     near_step: int  # the last block within noise of the low: where a rise starts
     floor: float  # the lowest median of 3 blocks in a row: the level a creep is measured from
@@ -267,7 +276,7 @@ class DivergenceDetector:
         self.config = config
 
     def start(self) -> DivergenceState:
-        return DivergenceState(empty_blocks(), np.inf, -1, np.inf, np.zeros(0), np.zeros(0, np.int64), 0, -1, 0, False, -1, np.nan, np.nan, -1, np.nan, -1, 0.0, 0, -1)
+        return DivergenceState(empty_blocks(), 0, np.inf, -1, np.inf, np.zeros(0), np.zeros(0, np.int64), 0, -1, 0, False, -1, np.nan, np.nan, -1, np.nan, -1, 0.0, 0, -1)
 
     def detect(self, series: Series) -> list[Finding]:
         return detect_at_once(self, series.step, series.value, series.tag)
@@ -276,7 +285,9 @@ class DivergenceDetector:
         self, state: DivergenceState, step: np.ndarray, value: np.ndarray, tag: str = ""
     ) -> tuple[DivergenceState, list[Finding], list[Finding]]:
         c = self.config
-        blocks, new = cut_blocks(state.blocks, step, value, c.block_points, c.noise_blocks, points=False)
+        if not state.size:
+            state = replace(state, size=self._size(state.blocks, step, value))
+        blocks, new = cut_blocks(state.blocks, step, value, state.size or c.block_points, c.noise_blocks, points=False)
         state = replace(state, blocks=blocks)
         n = len(new.level)
         if not n:
@@ -334,6 +345,16 @@ class DivergenceDetector:
         )
         return s, closed, self._open(s, tag)
 
+    def _size(self, blocks: BlockState, step: np.ndarray, value: np.ndarray) -> int:
+        """Points per block, from the interval of the series' first `block_points` finite
+        points (0 until there are that many): the same however the series is cut into feeds."""
+        c = self.config
+        first = np.concatenate([blocks.pending_step, finite_points(step, value)[0]])[: c.block_points]
+        if len(first) < c.block_points:
+            return 0
+        interval = max(float(first[-1] - first[0]) / (len(first) - 1), 1.0)
+        return int(np.clip(round(c.block_steps / interval), c.min_block_points, c.block_points))
+
     def _open(self, s: DivergenceState, tag: str) -> list[Finding]:
         return [self._finding(s, tag, end=None, now=s.level)] if s.open else []
 
@@ -372,7 +393,7 @@ class DivergenceDetector:
                 "beta2 = 0.95, and the data mixture at that point. Restarts alone only delay it."
             ),
             evidence={"still_rising": rising, "noise": s.noise, "level_now": now, "blocks_above": s.above, "told_at": s.opened,
-                      "block_steps": _block_steps(s.blocks, c.block_points)},
+                      "block_steps": _block_steps(s.blocks, s.size or c.block_points)},
         )
 
 

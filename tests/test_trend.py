@@ -112,11 +112,28 @@ def test_a_creep_that_goes_on_to_20_percent_is_the_same_divergence_turned_critic
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_a_flat_noisy_loss_never_creeps(seed):
-    """3% noise around a flat 1.4 for 20,000 steps: the lowest of many block medians lies a
-    few sigmas under their level; the floor, their lowest median of 3 in a row, less."""
+def test_a_loss_logged_every_10_steps_is_told_in_blocks_of_80_steps_not_160(seed):
+    """charlm_lr_ramp_interval_g (bench/labels trained tuning), logged every 10 steps: in
+    blocks of 16 points (160 steps) its creep was told 1,009 steps after it began, in blocks
+    of 8, 529.  Here a loss +5% per 100 steps from step 15,000 is 5% up by 15,100, then 4
+    blocks of 80 steps: told by 15,450 (at 16 points a block, at 15,670)."""
+    step = np.arange(0, 20000, 10, dtype=np.int64)
+    trend = 1.4 + 3 * np.exp(-step / 2000) + 0.7 * np.clip(step - 15000, 0, None) / 1000
+    loss = trend * (1 + 0.03 * np.random.default_rng(seed).standard_normal(len(step)))
+    [f] = kinds(analyze_run(run({"train/loss": loss}, step)), Kind.DIVERGENCE)
+    assert 14900 <= f.start_step <= 15100 and f.evidence["told_at"] <= 15450
+    assert f.evidence["block_steps"] == 80
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("every", [1, 10])
+def test_a_flat_noisy_loss_never_creeps(seed, every):
+    """3% noise around a flat 1.4 for 20,000 points: the lowest of many block medians lies a
+    few sigmas under their level; the floor, their lowest median of 3 in a row, less.  Logged
+    every 10 steps, a block is 8 points (at 6 points a block, 4 of 20 such series crept)."""
     loss = creeping(n=20000, at=20000, seed=seed)
-    assert kinds(analyze_run(run({"train/loss": loss})), Kind.DIVERGENCE) == []
+    step = np.arange(0, 20000 * every, every, dtype=np.int64)
+    assert kinds(analyze_run(run({"train/loss": loss}, step)), Kind.DIVERGENCE) == []
 
 
 def test_a_flat_loss_that_wanders_does_not_creep_over_its_luckiest_block():
