@@ -21,7 +21,7 @@ RECORDS = REPO / "bench" / "labels" / "speedrun_records.json"
 
 KINDS = frozenset({
     "loss_spike", "grad_norm_explosion", "nonfinite", "divergence", "overfitting",
-    "plateau", "loss_scale_collapse", "restart",
+    "plateau", "loss_scale_collapse", "restart", "grad_norm_stuck",
 })
 SPIKE_CLASSES = frozenset({"fast_recovering", "slow_recovering", "divergent"})
 PARTS = ("tuning", "retired", "heldout")  # retired: held out until its misses were looked at (labels/README.md)
