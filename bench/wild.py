@@ -4,10 +4,11 @@ wolf): what losswatch warns of on each, against labels made by eye before it ran
 
 The files are other people's and are not in this repository: each run is named
 `<owner>__<repository>` and its file is that repository's `trainer_state.json` at the
-`path` and `commit` its label gives, as read on 2026-12-04.  Put them in one directory
-under those names.  Each part is scored apart: `tuning` (runs that drove changes, or were
-looked at with their alerts) and `untuned` (labelled and committed before losswatch ever
-ran on them, and never tuned on).
+`path` and `commit` its label gives, as read on 2026-12-04 and 2026-12-05.  Put them in one
+directory under those names.  Each part is scored apart: `tuning` (runs that drove changes,
+or were looked at with their alerts) and `untuned` (labelled and committed before losswatch
+ever ran on them, and never tuned on; a part with no runs, as between two batches, is not
+printed).
 
     .venv/bin/python bench/wild.py DIR                       # this checkout
     .venv/bin/python bench/wild.py DIR --code /tmp/lw-main   # old beside new
@@ -87,6 +88,8 @@ def main() -> None:
         found = alerts(code, files)
         for part in ("tuning", "untuned"):
             mine = [r for r in runs if r["part"] == part]
+            if not mine:
+                continue
             s = score(mine, found)
             false = s["false"]
             print(f"| {part} | {label} | {len(mine)} | {s['events']} | {s['found']} | {s['own kind']} | {len(false)} | {len({a['run'] for a in false})} |")

@@ -116,7 +116,7 @@ def test_the_wild_labels_name_a_repository_and_known_kinds_on_each_run() -> None
             kinds = {e["kind"], *e.get("accept_kinds", ())}
             assert kinds <= corpus.KINDS, (r["run"], kinds)
             assert isinstance(e["tag"], str) and e["tag"] and isinstance(e["step"], int) and e["tolerance"] >= 0, r["run"]
-    assert {r["part"] for r in runs} == {"tuning", "untuned"}
+    assert {r["part"] for r in runs} <= {"tuning", "untuned"}
     required = [r["part"] for r in runs for e in r["events"] if not e.get("optional")]
-    assert (required.count("tuning"), required.count("untuned")) == (28, 7)
+    assert (required.count("tuning"), required.count("untuned")) == (35, 0)
     assert all(r["path"].endswith("trainer_state.json") and len(r["commit"]) == 40 for r in runs)
