@@ -8,8 +8,8 @@ coarse log takes fewer: the points of `block_steps` (64) steps at the interval o
 16 points, but at least `min_block_points` (8).  At 16 points a block, a loss logged every
 10 steps moved in blocks of 160 steps, and `charlm_lr_ramp_interval_g`'s creep (bench/labels
 trained tuning) was told 1,009 steps after it began; at 8, after 529.  Fewer than 8 points
-are too noisy a level: on flat losses of 3% noise, 20,000 points each, 4 of 20 rose falsely
-at 6 points a block, 49 at 5, none at 8 (tests/test_trend.py).  The
+are too noisy a level: on 20 flat losses of 3% noise, 20,000 points each, 4 false
+divergences at 6 points a block, 49 at 5, none at 8 (tests/test_trend.py).  The
 noise of one block level is taken from second differences of block levels (they cancel a
 straight trend: a steep warm-up is not noise), as the median over the `noise_blocks`
 blocks before it.  The state a detector keeps is the partial block, the last two levels,

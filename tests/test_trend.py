@@ -130,7 +130,7 @@ def test_a_loss_logged_every_10_steps_is_told_in_blocks_of_80_steps_not_160(seed
 def test_a_flat_noisy_loss_never_creeps(seed, every):
     """3% noise around a flat 1.4 for 20,000 points: the lowest of many block medians lies a
     few sigmas under their level; the floor, their lowest median of 3 in a row, less.  Logged
-    every 10 steps, a block is 8 points (at 6 points a block, 4 of 20 such series crept)."""
+    every 10 steps, a block is 8 points (at 6 points a block, 4 of 20 such series diverged)."""
     loss = creeping(n=20000, at=20000, seed=seed)
     step = np.arange(0, 20000 * every, every, dtype=np.int64)
     assert kinds(analyze_run(run({"train/loss": loss}, step)), Kind.DIVERGENCE) == []
