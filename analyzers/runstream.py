@@ -761,6 +761,7 @@ def _settle(state: RunState, config: AnalysisConfig, tail_points: int) -> list[F
         chosen = {id(k) for k in ripe}
         ripe += [k for k in live if id(k) not in chosen][:extra]
     if not ripe:
+        _forget(state, tail_points, config.incident_steps)
         return []
     done_keys = {(k.tag, k.finding.start_step) for k in ripe} | {(k.tag, k.finding.start_step) for k in state.kept if k.done}
     cause_starts = {k.finding.start_step for k in ripe if k.group == "zero_lr" or (k.group == "grad" and k.finding.kind is Kind.GRAD_NORM_STUCK)}
@@ -778,7 +779,7 @@ def _settle(state: RunState, config: AnalysisConfig, tail_points: int) -> list[F
     closed = _emit(state, final, final=True)
     for f in closed:
         _tally(state.tally, f, state)
-    _forget(state, tail_points)
+    _forget(state, tail_points, config.incident_steps)
     return closed
 
 
@@ -791,13 +792,19 @@ def _emit(state: RunState, findings: list[Finding], final: bool) -> list[Finding
     return out
 
 
-def _forget(state: RunState, tail_points: int) -> None:
-    """Drop final findings every tail has left behind (and, past MAX_KEPT, the oldest)."""
+def _forget(state: RunState, tail_points: int, lead: int) -> None:
+    """Drop final findings every tail has left behind (and, past MAX_KEPT, the oldest), but
+    not a grad-norm explosion that leads a loss spike still open (within `lead` steps, as
+    `join_explosions` pairs them): the spike's evidence names it as long as it is open.
+    Run after every window, so what is kept depends on where the tails stand, not on where
+    a run was cut into feeds."""
     full = [t for t in state.tags.values() if len(t.step) >= tail_points]
     oldest = min((int(t.step[0]) for t in full), default=None)
+    open_spikes = [k.finding.start_step for k in state.kept if k.group == "spike" and not k.done]
+    open_spikes += [f.start_step for t in state.tags.values() for f in t.open.get("spike", [])]
     keep = []
     for k in state.kept:
-        if k.done and oldest is not None and _reach(k.finding) < oldest:
+        if k.done and oldest is not None and _reach(k.finding) < oldest and not _leads(k, open_spikes, lead):
             _remember(state, k)
         else:
             keep.append(k)
@@ -805,6 +812,14 @@ def _forget(state: RunState, tail_points: int) -> None:
         i = next(i for i, k in enumerate(keep) if k.done)
         _remember(state, keep.pop(i))
     state.kept = keep
+
+
+def _leads(k: Kept, spike_starts: list[int], lead: int) -> bool:
+    """Whether a kept grad-norm explosion leads (or spans) the onset of one of these spikes."""
+    f = k.finding
+    if k.group != "grad" or f.kind is not Kind.GRAD_NORM_EXPLOSION:
+        return False
+    return any(f.start_step - lead <= s <= max(f.start_step + lead, f.end_step or f.start_step) for s in spike_starts)
 
 
 def _remember(state: RunState, k: Kept) -> None:

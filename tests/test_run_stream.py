@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from analyzers.analyze import analyze_run
@@ -119,6 +119,10 @@ def test_any_split_of_a_generated_curve_finds_what_one_shot_finds(i, shares):
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, len(CORPUS) - 1), cuts)
+# a grad-norm explosion at 2297 leads a loss spike at 2298 that never recovers: once the
+# tails left the explosion behind, it was dropped in the feed where something next became
+# final, so a cut decided whether the open spike's evidence still named it
+@example(37, [0.63671875])
 def test_a_short_tail_settles_findings_the_same_in_any_split(i, shares):
     """With a tail of 256 points, findings become final (and anchors carry the onsets)
     many times over a run: still the same in any split."""
