@@ -9,6 +9,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from analyzers.config import AnalysisConfig
@@ -84,9 +85,12 @@ def advance(conn: Connection, run: StoredRun, config: AnalysisConfig,
                 vanishing = None
             replayed = base_points
         health = run_health(new, still, config)
-    except AnalysisFailed:
+    except (AnalysisFailed, sa.exc.SQLAlchemyError):
+        # the store's errors are not the detectors': a database that went away mid-read is
+        # answered at the edge (503, to retry), and swallowing it left the transaction dead
+        # for the writes after it (PendingRollbackError: a 500)
         raise
-    except Exception as e:  # the boundary of pure analyzer code, as in app.analysis
+    except Exception as e:  # the boundary of the analyzer code, as in app.analysis
         log.exception("analysis failed", extra={"source": run.source, "run": run.name})
         raise AnalysisFailed(run.source, run.name, e) from e
     alerts = [_alert(run, f) for f in closed + still]

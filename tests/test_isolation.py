@@ -128,6 +128,33 @@ def test_ingest_stores_the_points_and_says_the_analysis_failed(store_url, monkey
         assert client.get("/v1/runs/bad").json()["analysis_error"] is None
 
 
+def test_a_database_lost_while_the_analysis_reads_is_a_503_not_an_analysis_failure(store_url, monkeypatch):
+    """The chaos bench's one 500 (bench/chaos.py): the connection dropped while the analysis
+    read the run's new writes; that error was taken for the detectors' ("analysis failed"),
+    and the write after it met a dead transaction.  The trainer is told to retry, nothing of
+    the batch is kept, and the run's next post is analysed as usual."""
+    import sqlalchemy as sa
+
+    from app.store import streams
+
+    real = streams.new_writes
+
+    def dropped(*args, **kwargs):
+        raise sa.exc.OperationalError("SELECT ...", {}, Exception("server closed the connection unexpectedly"))
+
+    with service(store_url, analysis_interval=0) as client:
+        monkeypatch.setattr(streams, "new_writes", dropped)
+        r = client.post("/v1/runs/a/points", json=[{"step": s, "loss": 1.0} for s in range(20)])
+        assert (r.status_code, r.json(), r.headers.get("retry-after")) == (
+            503, {"error": {"code": "store_unavailable", "message": "the database is unavailable: try again later"}}, "5"
+        )
+        monkeypatch.setattr(streams, "new_writes", real)
+        r = client.post("/v1/runs/a/points", json=[{"step": s, "loss": "NaN" if s > 10 else 1.0} for s in range(20)])
+        assert (r.status_code, r.json()["accepted"], r.json()["analysis"]) == (200, 20, "done")
+        run = client.get("/v1/runs/a").json()
+        assert (run["points"], run["analysis_error"]) == (20, None)
+
+
 def test_deferred_analysis_goes_on_past_a_failing_run(store_url, monkeypatch):
     _fail_for(monkeypatch, "bad")
     with service(store_url, background=True, analysis_interval=2) as client:
