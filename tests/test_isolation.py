@@ -10,11 +10,13 @@ import sys
 
 import httpx
 import numpy as np
+import sqlalchemy as sa
 from click.testing import CliRunner
 
 from app import analysis, incremental
 from app.cli import main
 from app.scan import scan
+from app.store import streams
 from app.store.db import open_store
 from tests.eventfiles import file_version, scalar_event, write_events
 from tests.service_helpers import server_process, service, wait_for
@@ -133,10 +135,6 @@ def test_a_database_lost_while_the_analysis_reads_is_a_503_not_an_analysis_failu
     read the run's new writes; that error was taken for the detectors' ("analysis failed"),
     and the write after it met a dead transaction.  The trainer is told to retry, nothing of
     the batch is kept, and the run's next post is analysed as usual."""
-    import sqlalchemy as sa
-
-    from app.store import streams
-
     real = streams.new_writes
 
     def dropped(*args, **kwargs):
