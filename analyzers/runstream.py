@@ -800,11 +800,15 @@ def _forget(state: RunState, tail_points: int, lead: int) -> None:
     a run was cut into feeds."""
     full = [t for t in state.tags.values() if len(t.step) >= tail_points]
     oldest = min((int(t.step[0]) for t in full), default=None)
-    open_spikes = [k.finding.start_step for k in state.kept if k.group == "spike" and not k.done]
-    open_spikes += [f.start_step for t in state.tags.values() for f in t.open.get("spike", [])]
+    behind = [k for k in state.kept if k.done and oldest is not None and _reach(k.finding) < oldest]
+    if any(k.group == "grad" for k in behind):  # the open spikes, read only when one may lead them
+        open_spikes = [k.finding.start_step for k in state.kept if k.group == "spike" and not k.done]
+        open_spikes += [f.start_step for t in state.tags.values() for f in t.open.get("spike", [])]
+        behind = [k for k in behind if not _leads(k, open_spikes, lead)]
+    dropped = {id(k) for k in behind}
     keep = []
     for k in state.kept:
-        if k.done and oldest is not None and _reach(k.finding) < oldest and not _leads(k, open_spikes, lead):
+        if id(k) in dropped:
             _remember(state, k)
         else:
             keep.append(k)
