@@ -96,7 +96,10 @@ def explained_by_spike(divergence: Finding, spikes: list[Finding]) -> bool:
     "rising since 1624").  A spike that began after the rise was first told is its
     consequence, not its cause (a seq2seq loss near 0.0023 creeping up from step 1530,
     told at 2400, then jumping at 3130 on its way to 14x: the divergence is the news, and
-    live it was already out)."""
+    live it was already out).  A rise that began while a spike that was not fast was still
+    up is that spike's slow way back, seen through the trend's blocks (charlm_lr_burst_b: an
+    LR burst's spike at 1301, back at 1733, taken for a divergence "from 1384" that was back
+    by 1960)."""
     end, told = divergence.end_step, divergence.evidence["told_at"]
     return any(
         s.tag == divergence.tag
@@ -105,6 +108,8 @@ def explained_by_spike(divergence: Finding, spikes: list[Finding]) -> bool:
             s.start_step >= divergence.start_step
             and (s.classification is not SpikeClass.FAST_RECOVERING if end is None else s.start_step <= end)
             or end is None and still_up(s)
+            or s.classification is not SpikeClass.FAST_RECOVERING
+            and divergence.start_step <= (s.end_step if s.end_step is not None else told)
         )
         for s in spikes
     )

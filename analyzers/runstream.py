@@ -54,7 +54,6 @@ from analyzers.incidents import (
     join_explosions,
     overfitting_tells,
     rise_after_warm_restart,
-    still_up,
     told_by_loss_nan,
     unfelt,
 )
@@ -106,8 +105,8 @@ class StateOutdated(Exception):
 
 
 # Raise when any detector's state changes shape (or the way it is packed at rest).
-STATE_FORMAT = 14
-READ_FORMATS = (14,)  # 14: a divergence block spans at most 64 steps
+STATE_FORMAT = 15
+READ_FORMATS = (15,)  # 15: a spike no longer kept keeps where the loss came back
 
 
 # -- the state --------------------------------------------------------------------------
@@ -170,7 +169,7 @@ class RunState:
     tags: dict[str, TagState] = field(default_factory=dict)
     kept: list[Kept] = field(default_factory=list)
     resumes: list[ResumeRecord] = field(default_factory=list)
-    past_spikes: dict[str, list[tuple[int, bool]]] = field(default_factory=dict)  # tag -> (onset, fast) of dropped ones
+    past_spikes: dict[str, list[tuple[int, bool, int | None]]] = field(default_factory=dict)  # tag -> (onset, fast, end) of dropped ones
     past_restarts: list[tuple[int, int | None, int]] = field(default_factory=list)  # (start, end, cycle) of dropped warm restarts
     finals: list[tuple[str, str, int]] = field(default_factory=list)  # (tag, kind, start) returned as final
     shown: list[tuple[str, str, int]] = field(default_factory=list)  # (tag, kind, start) of the last open findings
@@ -730,11 +729,11 @@ def _warming_up(series: _Tails, lr_tags: list[str], plateau: Finding) -> bool:
     return warming_up(series[lr_tags[0]] if lr_tags else None, plateau)
 
 
-def _past_spike(tag: str, start: int, fast: bool, up: bool) -> Finding:
+def _past_spike(tag: str, start: int, fast: bool, end: int | None) -> Finding:
     """What `explained_by_spike` needs of a spike no longer kept: its tag, onset, class and
-    whether the loss came back from it."""
-    kind = SpikeClass.FAST_RECOVERING if fast else SpikeClass.DIVERGENT if up else SpikeClass.SLOW_RECOVERING
-    return Finding(Kind.LOSS_SPIKE, tag, Severity.INFO, start, "", "", classification=kind, end_step=None if up else start)
+    where the loss came back from it (None: it did not)."""
+    kind = SpikeClass.FAST_RECOVERING if fast else SpikeClass.SLOW_RECOVERING if end is not None else SpikeClass.DIVERGENT
+    return Finding(Kind.LOSS_SPIKE, tag, Severity.INFO, start, "", "", classification=kind, end_step=end)
 
 
 # -- what is final ----------------------------------------------------------------------
@@ -835,7 +834,8 @@ def _remember(state: RunState, k: Kept) -> None:
         del state.past_restarts[:-MAX_PAST_RESTARTS]
     if k.group == "spike":
         past = state.past_spikes.setdefault(k.tag, [])
-        past.append((k.finding.start_step, k.finding.classification is SpikeClass.FAST_RECOVERING, still_up(k.finding)))
+        f = k.finding
+        past.append((f.start_step, f.classification is SpikeClass.FAST_RECOVERING, f.end_step))
         del past[:-MAX_PAST_SPIKES]
 
 

@@ -156,6 +156,19 @@ def test_a_divergent_spike_that_settles_flat_and_high_is_not_told_again_as_a_div
     assert kinds(findings, Kind.DIVERGENCE) == []
 
 
+def test_a_slow_spike_s_way_back_is_not_told_again_as_a_divergence():
+    # charlm_lr_burst_b: an LR burst's spike at 1301, back at 1733, was also "a divergence from 1384"
+    steps = np.arange(2000)
+    for seed in range(3):
+        loss = (1.1 + 2 * np.exp(-steps / 400)) * (1 + 0.02 * np.random.default_rng(seed).standard_normal(2000))
+        loss[1300:] *= 1 + 0.5 * np.exp(-np.arange(700) / 350)
+        findings = analyze_run(run({"train/loss": loss}, steps))
+        [spike] = kinds(findings, Kind.LOSS_SPIKE)
+        assert (spike.start_step, spike.classification) == (1300, SpikeClass.SLOW_RECOVERING)
+        assert 1700 < spike.end_step < 1850
+        assert kinds(findings, Kind.DIVERGENCE) == []
+
+
 def test_plateau_with_a_stalled_learning_rate_is_a_warning():
     loss = noisy(3000, 0.7, 0.05)
     loss[:600] = np.linspace(2.3, 0.7, 600)
