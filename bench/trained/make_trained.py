@@ -384,6 +384,50 @@ PLANS = [
     Plan("charlm_overfit_late_b_h", "Trained on 15,000 characters only, evaluated on GPL-3 every 50 steps.", seed=124,
          train_chars=15000, eval_every=50),
     Plan("charlm_clean_h", "Clean run, evaluated every 50 steps.", seed=125, eval_every=50),
+    # An eleventh batch (2026-12-05), all held out: every kind again on new seeds and settings, so that the
+    # runs held out until now could be retired and their misses read (labelled before any detector ran on them).
+    Plan("charlm_lr_burst_i", "LR x20 for steps 1250-1269.", seed=131, lr_factor=window(1250, 1270, 20.0)),
+    Plan("charlm_lr_burst_noclip_i", "LR x12 for steps 1700-1739, no gradient clipping, evaluated every 100 steps.",
+         seed=132, clip=None, eval_every=100, lr_factor=window(1700, 1740, 12.0)),
+    Plan("charlm_bad_batch_i", "Corrupted batches at steps 650 and 1300, no gradient clipping.", seed=133, clip=None,
+         corrupt=garbage({650, 1300})),
+    Plan("charlm_bad_batch_clip_i", "Corrupted batches at steps 1000-1001, gradient clipping at 1, evaluated every 50 "
+         "steps.", seed=134, eval_every=50, corrupt=garbage({1000, 1001})),
+    Plan("charlm_lr_jump_i", "LR x7 from step 1500 to the end, evaluated every 100 steps.", seed=135, eval_every=100,
+         lr_factor=lambda s: 7.0 if s >= 1500 else 1.0),
+    Plan("charlm_lr_units_bug_i", "No gradient clipping; from step 1100 the LR is 250x (a units bug).", seed=136,
+         clip=None, lr_factor=lambda s: 250.0 if s >= 1100 else 1.0),
+    Plan("charlm_fp16_collapse_i", "fp16 autocast with torch's GradScaler, no gradient clipping; from step 1300 the "
+         "LR is 150x.", seed=137, fp16=True, clip=None, lr_factor=lambda s: 150.0 if s >= 1300 else 1.0),
+    Plan("charlm_fp16_clean_i", "Clean fp16 run (torch's GradScaler), evaluated every 50 steps.", seed=138, fp16=True,
+         eval_every=50),
+    Plan("charlm_clean_hot_noclip_i", "Clean run at twice the peak LR (6e-3) without gradient clipping, evaluated "
+         "every 100 steps.", seed=139, peak_lr=6e-3, clip=None, eval_every=100),
+    Plan("charlm_interval_clean_i", "Clean run, 3,000 steps; the loss logged every 10 steps as the mean since the "
+         "last log, evaluated every 200 steps.", seed=140, steps=3000, log_every=10, eval_every=200),
+    Plan("charlm_overfit_i", "Trained on 5,000 characters only, evaluated on GPL-3 every 50 steps.", seed=141,
+         steps=1500, train_chars=5000, eval_every=50),
+    Plan("charlm_overfit_late_i", "Trained on 22,000 characters only, evaluated on GPL-3 every 100 steps.", seed=142,
+         train_chars=22000, eval_every=100),
+    Plan("charlm_lr_ramp_i", "Gradient clipping at 1; from step 1100 the LR grows 1.8x every 100 steps, evaluated "
+         "every 100 steps.", seed=143, eval_every=100, lr_factor=ramp(1100, 1.8)),
+    Plan("charlm_lr_ramp_interval_i", "No gradient clipping; from step 1400 the LR grows 1.6x every 100 steps, 3,000 "
+         "steps; the loss logged every 10 steps as the mean since the last log, evaluated every 200 steps.",
+         seed=144, steps=3000, log_every=10, eval_every=200, clip=None, lr_factor=ramp(1400, 1.6)),
+    Plan("charlm_interval_burst_i", "LR x25 for steps 1900-1919, 3,000 steps; the loss logged every 10 steps as the "
+         "mean since the last log.", seed=145, steps=3000, log_every=10, lr_factor=window(1900, 1920, 25.0)),
+    Plan("charlm_resume_schedule_lost_i", "The process dies after step 1599; a new one resumes from the step-1500 "
+         "checkpoint with model and optimizer restored but the LR schedule restarted from 0 (warmup again).",
+         seed=146, crash_after=1599, resume_from=1500, schedule_lost=True),
+    Plan("charlm_resume_exact_i", "The process dies after step 1111; a new one resumes from the step-1000 checkpoint "
+         "with everything restored (a clean resume: steps go back 111).", seed=147, crash_after=1111, resume_from=1000),
+    Plan("charlm_lr_frozen_i", "A scheduler bug sets the LR to 1e-9 of its value from step 800.", seed=148,
+         lr_factor=lambda s: 1e-9 if s >= 800 else 1.0),
+    Plan("charlm_sgdr_hot_i", "Clean run on SGDR at twice the peak LR (6e-3), restarting every 400 steps, no "
+         "gradient clipping, evaluated every 100 steps.", seed=149, peak_lr=6e-3, restart_every=400, clip=None,
+         eval_every=100),
+    Plan("charlm_epoch_mean_i", "Clean run logged as Keras logs per batch: the running mean of 200-step epochs, "
+         "twice the peak LR (6e-3).", seed=150, epoch_steps=200, peak_lr=6e-3),
 ]
 
 
