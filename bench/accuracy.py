@@ -249,8 +249,8 @@ def time_to_alert(corpus, show_heldout: bool) -> None:
 
 
 def _parts(corpus: labels.Corpus) -> list[str]:
-    """The parts that hold runs (the public logs' held-out part is retired; the speedrun
-    records are held out whole)."""
+    """The parts that hold runs (the public logs' held-out part and the trained runs' first
+    one are retired; the speedrun records are held out whole)."""
     return [part for part in labels.PARTS if corpus.part(part)]
 
 
