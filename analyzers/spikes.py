@@ -45,7 +45,12 @@ steps, 3.2 sigmas for its 3-point medians and 3.1 for the 16-point one, which no
 stretch of the tuning runs brings past 1.4).  Each point is judged once the points its
 rule needs after it are known (the one-point rule: at the point itself), and onsets are
 taken in the order they are decided, after where the newest spike came back and no sooner
-than that was known, so every rule sees the same points however a series is cut.
+than that was known, so every rule sees the same points however a series is cut.  A spike
+that settled higher (below) has given the run a new level: the next onset may come from
+where that was known, and ends it there, so a further jump of a wrecked loss is told as
+its own spike, not as a new peak of the old one (`charlm_lr_ramp_f`, bench/labels trained,
+retired: a loss that jumped 1.8x at 1480 and sat near 3.1 was blown up 300x from 1838,
+which waited for the slow horizon, 1,000 steps, before).
 
 **Where it starts.**  A spike is reported from where its rise began: its onset, or the
 first of up to `rise_points` points just before it that already stood above its band
@@ -223,6 +228,8 @@ class Followed(StreamState):
     alerted: bool
     critical: bool
     why: str  # why it was called divergent; "" until it is
+    settled: int | None  # index where it settled higher (before any call that it is still rising) ...
+    judged: int  # ... judged up to this index (_NEVER: it was called still rising first)
     nonfinite_step: int | None
     recovered: bool
     climb: bool  # kept climbing past its rise before it was reported: a trend, followed but never reported
@@ -352,28 +359,40 @@ class LossSpikeDetector:
         for spike in state.followed:
             spike = self._advance(spike, w)
             (closed if spike.end is not None else followed).append(spike)
-            if spike.recovered and spike.onset_step + spike.slow == resume_step:  # the newest spike is back
-                resume, resume_known = min(resume, spike.end or 0), self._known(spike)
+            if spike.onset_step + spike.slow == resume_step:  # the newest spike
+                if spike.recovered:  # is back
+                    resume, resume_known = min(resume, spike.end or 0), self._known(spike)
+                elif spike.settled is not None:  # has settled higher
+                    resume, resume_known = min(resume, spike.settled + 1), min(resume_known, spike.settled)
         onsets, decided = self._onsets(w, base, z, bar, held)
         steps = w.step[onsets.index - w.first]
         while len(onsets.index):
             # the next onset, in the order they are decided, after where the newest spike
-            # came back, or past its slow horizon
+            # came back or settled higher, or past its slow horizon
             free = np.flatnonzero(((onsets.index >= resume) & (decided >= resume_known)) | (steps > resume_step))
             if not len(free):
                 break
             k = int(free[0])
             begun = self._begin(w, base, _Onsets(*(a[k] for a in onsets)), first_step, resume)
+            for before in [f for f in followed if f.settled is not None and f.end is None]:  # it ends where this begins
+                followed.remove(before)
+                closed.append(_evolve(before, end=begun.onset - 1, end_step=int(w.step[w.at(begun.onset) - 1])))
             spike = self._advance(begun, w)
             (closed if spike.end is not None else followed).append(spike)
             if len(followed) > MAX_FOLLOWED:
                 closed.append(self._give_up(followed.pop(0), w))
             if spike.recovered and spike.end is not None:
                 resume, resume_known = max(spike.end, spike.onset + 1), self._known(spike)
+            elif spike.settled is not None:
+                resume, resume_known = spike.settled + 1, spike.settled
             else:
                 resume, resume_known = _NEVER, _NEVER
             resume_step = spike.onset_step + spike.slow
             onsets, decided, steps = _Onsets(*(a[k + 1 :] for a in onsets)), decided[k + 1 :], steps[k + 1 :]
+        # area and peak once every spike's end in this feed is known (a later onset may end
+        # one), up to the points that can no longer be its end
+        closed = [self._sum(f, w, w.at(f.end) + 1) for f in closed]
+        followed = [self._sum(f, w, min(w.at(f.searched) + self._recovery_window(f)[1], len(w.value))) for f in followed]
         new_state = SpikeState(
             count=state.count + int(finite.sum()),
             first_step=first_step,
@@ -702,7 +721,7 @@ class LossSpikeDetector:
             watch=watch, settle=max(c.settle_points, c.settle_steps // interval), searched=onset + 1, summed=onset,
             area=0.0, peak=onset, peak_step=int(s[i]), peak_value=float(w.value[i]), seen=onset - 1,
             seen_step=int(s[i]), top_value=float(w.value[i]), confirmed=None, alerted=False, critical=False,
-            why="", nonfinite_step=None, recovered=False, climb=False, end=None, end_step=None,
+            why="", settled=None, judged=onset - 1, nonfinite_step=None, recovered=False, climb=False, end=None, end_step=None,
         )
 
     # -- following a spike ---------------------------------------------------------------
@@ -718,7 +737,7 @@ class LossSpikeDetector:
         o, n = w.at(spike.onset), self.config.confirm_points
         if spike.confirmed is None and o + n <= len(w.value):
             spike = _evolve(spike, confirmed=bool(np.all(w.value[o : o + n] > spike.band)))
-        spike = self._search(spike, w)
+        spike = self._rebase(self._search(spike, w), w)
         if spike.recovered and spike.end_step is not None and spike.end_step - spike.onset_step <= spike.fast:
             return spike  # back within the fast horizon: nothing a live run is told changes its class
         return self._live_calls(spike, w, w.at(spike.end) if spike.end is not None else len(w.value) - 1)
@@ -771,12 +790,12 @@ class LossSpikeDetector:
             beyond = np.flatnonzero(~valid)
             if len(hits) and (not len(beyond) or hits[0] < beyond[0]):
                 end = int(where[hits[0]])
-                return _evolve(self._sum(spike, w, end + 1), recovered=True, end=w.first + end, end_step=int(s[end]))
+                return _evolve(spike, recovered=True, end=w.first + end, end_step=int(s[end]))
             if len(beyond):
                 end = max(int(np.searchsorted(s, limit, side="right")) - 1, w.at(spike.summed) - 1)
                 why = spike.why if spike.nonfinite_step is not None else f"not back within {spike.watch} steps"
-                return _evolve(self._sum(spike, w, end + 1), why=why, end=w.first + end, end_step=int(s[end]))
-            spike = self._sum(_evolve(spike, searched=w.first + b + 1), w, min(b + 1 + lead, len(v)))
+                return _evolve(spike, why=why, end=w.first + end, end_step=int(s[end]))
+            spike = _evolve(spike, searched=w.first + b + 1)
             a, piece = b + 1, piece * 4
         return spike
 
@@ -784,7 +803,7 @@ class LossSpikeDetector:
         """Final as divergent without an outcome: too many later spikes are followed."""
         end = len(w.value) - 1
         why = spike.why or f"not back within {spike.slow} steps"
-        return _evolve(self._sum(spike, w, end + 1), why=why, end=w.first + end, end_step=int(w.step[end]))
+        return _evolve(spike, why=why, end=w.first + end, end_step=int(w.step[end]))
 
     def _sum(self, spike: Followed, w: _Window, upto: int) -> Followed:
         """Take the points before position `upto` of the window into the area and peak."""
@@ -819,7 +838,7 @@ class LossSpikeDetector:
         part = v[first : last + 1]
         before = np.maximum.accumulate(np.concatenate([[spike.top_value], part]))[:-1]  # highest before each
         top_value = max(spike.top_value, float(part.max()))
-        why = spike.why or self._settled(spike, w, first, last)
+        why = spike.why or self._settled(spike, w, first, last)[0]
         if not spike.alerted:
             over = (points - o > c.rise_points) & (s[first : last + 1] - spike.onset_step > spike.fast)
             confirmed = (points == o + n - 1) & bool(spike.confirmed)
@@ -835,17 +854,40 @@ class LossSpikeDetector:
             top_value=top_value,
         )
 
-    def _settled(self, spike: Followed, w: _Window, first: int, last: int) -> str:
+    def _rebase(self, spike: Followed, w: _Window) -> Followed:
+        """Where the spike settled higher, if it did before any call that it is still
+        rising: the run's new level, on which a further jump is a spike of its own
+        (charlm_lr_ramp_f: a loss that jumped 1.8x at 1480 and sat at 3.1 was wrecked
+        300x from 1838).  Judged on the points that can no longer be its recovery's end,
+        so that where a series is cut never changes it."""
+        if spike.settled is not None or spike.judged == _NEVER:
+            return spike
+        if spike.end is not None:
+            last = w.at(spike.end)
+        else:
+            last = min(w.at(spike.searched) + self._recovery_window(spike)[1] - 1, len(w.value) - 1)
+        first = max(w.at(spike.judged) + 1, w.at(spike.onset))
+        if last < first:
+            return spike
+        why, at = self._settled(spike, w, first, last)
+        if why and at is None:
+            return _evolve(spike, judged=_NEVER)
+        if at is None:
+            return _evolve(spike, judged=w.first + last)
+        return _evolve(spike, settled=w.first + at, judged=w.first + at)
+
+    def _settled(self, spike: Followed, w: _Window, first: int, last: int) -> tuple[str, int | None]:
         """Why the spike is divergent at the first new point where it shows, or "": the
         median of the last `settle` points' newer half is above the band and higher than
         the older half's (still rising), or has come down too little to be back by the slow
-        horizon at that pace (settled)."""
+        horizon at that pace (settled: the window position of that point, where the run's
+        new level is known and a further jump is a spike of its own)."""
         s, v = w.step, w.value
         half = max(spike.settle // 2, 1)
         o = w.at(spike.onset)
         at = np.arange(max(first, o + 2 * half), last + 1)  # both halves after the onset
         if not len(at):
-            return ""
+            return "", None
         lo = at[0] - 2 * half + 1
         medians = bn.move_median(v[lo : last + 1], half)  # medians[k]: v[lo + k - half + 1 : lo + k + 1]
         later, earlier = medians[at - lo], medians[at - lo - half]
@@ -857,9 +899,11 @@ class LossSpikeDetector:
         settled = (remaining > 0) & (progress + noise < remaining * (half * spike.interval) / left)
         hits = np.flatnonzero(rising | settled)
         if not len(hits):
-            return ""
+            return "", None
         k = int(hits[0])
-        return "still rising" if rising[k] else f"settled at {later[k]:.4g}, above the {spike.band:.4g} it left"
+        if rising[k]:
+            return "still rising", None
+        return f"settled at {later[k]:.4g}, above the {spike.band:.4g} it left", int(at[k])
 
     # -- findings ------------------------------------------------------------------------
 

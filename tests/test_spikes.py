@@ -76,6 +76,21 @@ def test_104b_like_spike_that_settles_higher_is_divergent():
     assert "Roll back to a checkpoint from before the onset" in f.remediation
 
 
+def test_a_further_jump_of_a_loss_that_settled_higher_is_a_spike_of_its_own():
+    # charlm_lr_ramp_f: 1.8x at 1480, sat near 3.1, then blown up 300x from 1838
+    v = flat(3000)
+    v[1000:] *= 1.8
+    v[1500:] *= np.minimum(np.geomspace(1.3, 300, 20)[np.minimum(np.arange(1500), 19)], 300)
+    first, second = LossSpikeDetector().detect(series(v))
+    assert (first.start_step, first.classification, first.end_step) == (1000, SpikeClass.DIVERGENT, None)
+    assert "settled at" in first.message and first.peak_value < 1.9 * 2.2  # its own peak, not the next one's
+    assert first.evidence["points"] == 500  # it ends where the next begins
+    assert (second.start_step, second.severity) == (1500, Severity.CRITICAL)
+    assert second.peak_value > 100 * 2.2 * 1.8
+    cuts = [1200, 1320, 1321, 1499, 1502]
+    assert feed_in_pieces(LossSpikeDetector(), np.arange(3000), v, cuts, "train/loss", checks=5) == [first, second]
+
+
 def test_spike_that_turns_nan_is_divergent():
     v = bump(flat(2000), 1000, 3.0, 50)
     v[1020:] = np.nan
