@@ -46,11 +46,13 @@ stretch of the tuning runs brings past 1.4).  Each point is judged once the poin
 rule needs after it are known (the one-point rule: at the point itself), and onsets are
 taken in the order they are decided, after where the newest spike came back and no sooner
 than that was known, so every rule sees the same points however a series is cut.  A spike
-that settled higher (below) has given the run a new level: the next onset may come from
-where that was known, and ends it there, so a further jump of a wrecked loss is told as
-its own spike, not as a new peak of the old one (`charlm_lr_ramp_f`, bench/labels trained,
-retired: a loss that jumped 1.8x at 1480 and sat near 3.1 was blown up 300x from 1838,
-which waited for the slow horizon, 1,000 steps, before).
+called divergent (below) because it settled higher, or because it is still rising but
+within 2x (`far_rise`) of the level it left, has given the loss a new level: the next onset
+may come from where that was known, and ends it there, so a further jump of a wrecked loss
+is told as its own spike, not as a new peak of the old one (`charlm_lr_ramp_f`,
+bench/labels trained, retired: a loss that jumped 1.8x at 1480 and sat near 3.1 was blown
+up 300x from 1838, which waited for the slow horizon, 1,000 steps, before).  Past 2x the run
+is blown up, and its further jumps are the same disaster.
 
 **Where it starts.**  A spike is reported from where its rise began: its onset, or the
 first of up to `rise_points` points just before it that already stood above its band
@@ -228,8 +230,8 @@ class Followed(StreamState):
     alerted: bool
     critical: bool
     why: str  # why it was called divergent; "" until it is
-    settled: int | None  # index where it settled higher (before any call that it is still rising) ...
-    judged: int  # ... judged up to this index (_NEVER: it was called still rising first)
+    settled: int | None  # index where its first divergent call gave the loss a new level ...
+    judged: int  # ... judged up to this index (_NEVER: that call gave none)
     nonfinite_step: int | None
     recovered: bool
     climb: bool  # kept climbing past its rise before it was reported: a trend, followed but never reported
@@ -855,11 +857,13 @@ class LossSpikeDetector:
         )
 
     def _rebase(self, spike: Followed, w: _Window) -> Followed:
-        """Where the spike settled higher, if it did before any call that it is still
-        rising: the run's new level, on which a further jump is a spike of its own
-        (charlm_lr_ramp_f: a loss that jumped 1.8x at 1480 and sat at 3.1 was wrecked
-        300x from 1838).  Judged on the points that can no longer be its recovery's end,
-        so that where a series is cut never changes it."""
+        """Where the spike's first divergent call gave the loss a new level, on which a
+        further jump is a spike of its own: settled higher (charlm_lr_ramp_f: a loss that
+        jumped 1.8x at 1480 and sat at 3.1 was wrecked 300x from 1838), or still rising
+        but within `far_rise` of the level it left (charlm_lr_ramp_clip_g: +24% at 1369,
+        climbing with its LR ramp, blown up from 1648).  Beyond that the run is blown up,
+        and its further jumps are the same disaster.  Judged on the points that can no
+        longer be the recovery's end, so that where a series is cut never changes it."""
         if spike.settled is not None or spike.judged == _NEVER:
             return spike
         if spike.end is not None:
@@ -869,25 +873,25 @@ class LossSpikeDetector:
         first = max(w.at(spike.judged) + 1, w.at(spike.onset))
         if last < first:
             return spike
-        why, at = self._settled(spike, w, first, last)
-        if why and at is None:
-            return _evolve(spike, judged=_NEVER)
-        if at is None:
+        why, at, median = self._settled(spike, w, first, last)
+        if not why:
             return _evolve(spike, judged=w.first + last)
+        if median >= spike.level + self.config.far_rise * abs(spike.level):
+            return _evolve(spike, judged=_NEVER)
         return _evolve(spike, settled=w.first + at, judged=w.first + at)
 
-    def _settled(self, spike: Followed, w: _Window, first: int, last: int) -> tuple[str, int | None]:
+    def _settled(self, spike: Followed, w: _Window, first: int, last: int) -> tuple[str, int, float]:
         """Why the spike is divergent at the first new point where it shows, or "": the
         median of the last `settle` points' newer half is above the band and higher than
         the older half's (still rising), or has come down too little to be back by the slow
-        horizon at that pace (settled: the window position of that point, where the run's
-        new level is known and a further jump is a spike of its own)."""
+        horizon at that pace (settled); with the window position of that point and the
+        newer half's median there."""
         s, v = w.step, w.value
         half = max(spike.settle // 2, 1)
         o = w.at(spike.onset)
         at = np.arange(max(first, o + 2 * half), last + 1)  # both halves after the onset
         if not len(at):
-            return "", None
+            return "", -1, math.nan
         lo = at[0] - 2 * half + 1
         medians = bn.move_median(v[lo : last + 1], half)  # medians[k]: v[lo + k - half + 1 : lo + k + 1]
         later, earlier = medians[at - lo], medians[at - lo - half]
@@ -899,11 +903,10 @@ class LossSpikeDetector:
         settled = (remaining > 0) & (progress + noise < remaining * (half * spike.interval) / left)
         hits = np.flatnonzero(rising | settled)
         if not len(hits):
-            return "", None
+            return "", -1, math.nan
         k = int(hits[0])
-        if rising[k]:
-            return "still rising", None
-        return f"settled at {later[k]:.4g}, above the {spike.band:.4g} it left", int(at[k])
+        why = "still rising" if rising[k] else f"settled at {later[k]:.4g}, above the {spike.band:.4g} it left"
+        return why, int(at[k]), float(later[k])
 
     # -- findings ------------------------------------------------------------------------
 

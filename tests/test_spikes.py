@@ -91,6 +91,20 @@ def test_a_further_jump_of_a_loss_that_settled_higher_is_a_spike_of_its_own():
     assert feed_in_pieces(LossSpikeDetector(), np.arange(3000), v, cuts, "train/loss", checks=5) == [first, second]
 
 
+def test_a_further_jump_of_a_loss_still_rising_within_2x_is_a_spike_of_its_own_but_not_past_2x():
+    # charlm_lr_ramp_clip_g: +24% at 1369, climbing with its LR ramp, blown up from 1648
+    v = flat(3000)
+    v[1000:] *= 1.25 * (1 + 0.0005 * np.arange(2000))  # up 25%, then climbing 0.05% a step
+    v[1500:] *= 50
+    first, second = LossSpikeDetector().detect(series(v))
+    assert (first.start_step, first.classification, second.start_step) == (1000, SpikeClass.DIVERGENT, 1500)
+    assert "still rising" in first.message and first.evidence["points"] == 500
+    v = flat(3000)
+    v[1000:] *= 2.5 * (1 + 0.0005 * np.arange(2000))  # past 2x: blown up, one event
+    v[1500:] *= 50
+    assert only(LossSpikeDetector().detect(series(v))).start_step == 1000
+
+
 def test_spike_that_turns_nan_is_divergent():
     v = bump(flat(2000), 1000, 3.0, 50)
     v[1020:] = np.nan
