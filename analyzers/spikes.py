@@ -230,7 +230,7 @@ class Followed(StreamState):
     alerted: bool
     critical: bool
     why: str  # why it was called divergent; "" until it is
-    settled: int | None  # index where its first divergent call gave the loss a new level ...
+    new_level: int | None  # index where its first divergent call gave the loss a new level ...
     judged: int  # ... judged up to this index (_NEVER: that call gave none)
     nonfinite_step: int | None
     recovered: bool
@@ -364,19 +364,19 @@ class LossSpikeDetector:
             if spike.onset_step + spike.slow == resume_step:  # the newest spike
                 if spike.recovered:  # is back
                     resume, resume_known = min(resume, spike.end or 0), self._known(spike)
-                elif spike.settled is not None:  # has settled higher
-                    resume, resume_known = min(resume, spike.settled + 1), min(resume_known, spike.settled)
+                elif spike.new_level is not None:  # has given the loss a new level
+                    resume, resume_known = min(resume, spike.new_level + 1), min(resume_known, spike.new_level)
         onsets, decided = self._onsets(w, base, z, bar, held)
         steps = w.step[onsets.index - w.first]
         while len(onsets.index):
             # the next onset, in the order they are decided, after where the newest spike
-            # came back or settled higher, or past its slow horizon
+            # came back or gave the loss a new level, or past its slow horizon
             free = np.flatnonzero(((onsets.index >= resume) & (decided >= resume_known)) | (steps > resume_step))
             if not len(free):
                 break
             k = int(free[0])
             begun = self._begin(w, base, _Onsets(*(a[k] for a in onsets)), first_step, resume)
-            for before in [f for f in followed if f.settled is not None and f.end is None]:  # it ends where this begins
+            for before in [f for f in followed if f.new_level is not None and f.end is None]:  # it ends where this begins
                 followed.remove(before)
                 closed.append(_evolve(before, end=begun.onset - 1, end_step=int(w.step[w.at(begun.onset) - 1])))
             spike = self._advance(begun, w)
@@ -385,8 +385,8 @@ class LossSpikeDetector:
                 closed.append(self._give_up(followed.pop(0), w))
             if spike.recovered and spike.end is not None:
                 resume, resume_known = max(spike.end, spike.onset + 1), self._known(spike)
-            elif spike.settled is not None:
-                resume, resume_known = spike.settled + 1, spike.settled
+            elif spike.new_level is not None:
+                resume, resume_known = spike.new_level + 1, spike.new_level
             else:
                 resume, resume_known = _NEVER, _NEVER
             resume_step = spike.onset_step + spike.slow
@@ -723,7 +723,7 @@ class LossSpikeDetector:
             watch=watch, settle=max(c.settle_points, c.settle_steps // interval), searched=onset + 1, summed=onset,
             area=0.0, peak=onset, peak_step=int(s[i]), peak_value=float(w.value[i]), seen=onset - 1,
             seen_step=int(s[i]), top_value=float(w.value[i]), confirmed=None, alerted=False, critical=False,
-            why="", settled=None, judged=onset - 1, nonfinite_step=None, recovered=False, climb=False, end=None, end_step=None,
+            why="", new_level=None, judged=onset - 1, nonfinite_step=None, recovered=False, climb=False, end=None, end_step=None,
         )
 
     # -- following a spike ---------------------------------------------------------------
@@ -864,7 +864,7 @@ class LossSpikeDetector:
         climbing with its LR ramp, blown up from 1648).  Beyond that the run is blown up,
         and its further jumps are the same disaster.  Judged on the points that can no
         longer be the recovery's end, so that where a series is cut never changes it."""
-        if spike.settled is not None or spike.judged == _NEVER:
+        if spike.new_level is not None or spike.judged == _NEVER:
             return spike
         if spike.end is not None:
             last = w.at(spike.end)
@@ -878,7 +878,7 @@ class LossSpikeDetector:
             return _evolve(spike, judged=w.first + last)
         if median >= spike.level + self.config.far_rise * abs(spike.level):
             return _evolve(spike, judged=_NEVER)
-        return _evolve(spike, settled=w.first + at, judged=w.first + at)
+        return _evolve(spike, new_level=w.first + at, judged=w.first + at)
 
     def _settled(self, spike: Followed, w: _Window, first: int, last: int) -> tuple[str, int, float]:
         """Why the spike is divergent at the first new point where it shows, or "": the
