@@ -275,3 +275,18 @@ def test_a_grad_norm_rise_the_loss_never_felt_is_a_warning_first_then_info_in_an
         state, found, open_ = stream(writes, (), cuts)
         assert (_norm(found), run_health(state, open_).to_dict()) == _batch(writes, ())
     assert [str(f.severity) for f in open_ if f.kind.value == "grad_norm_explosion"] == ["info"]
+
+
+@pytest.mark.parametrize("shares", [[], [0.5], [0.66, 0.7, 0.9], [0.8, 0.95]])
+def test_a_slow_spike_forgotten_before_the_rise_it_made_ends_still_explains_it(shares):
+    """An LR burst's spike back only after 430 steps, whose way back the trend's blocks take
+    for a rise (charlm_lr_burst_b): with a tail of 256 points the spike is dropped from the
+    kept findings long before the rise ends, and where the loss came back is what is left
+    of it to explain the rise by (state format 15)."""
+    steps = np.arange(3000)
+    loss = (1.1 + 2 * np.exp(-steps / 400)) * (1 + 0.02 * np.random.default_rng(0).standard_normal(3000))
+    loss[1300:] *= 1 + 0.5 * np.exp(-np.arange(1700) / 350)
+    writes = {"train/loss": TagWrites(steps, loss, np.zeros(3000, np.int32))}
+    state, found, _ = stream(writes, (), shares, tail=256)
+    assert [(f.kind.value, f.start_step, f.classification) for f in found] == [("loss_spike", 1300, SpikeClass.SLOW_RECOVERING)]
+    assert state.past_spikes["train/loss"] == [(1300, False, found[0].end_step)]
