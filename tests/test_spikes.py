@@ -80,7 +80,7 @@ def test_a_further_jump_of_a_loss_that_settled_higher_is_a_spike_of_its_own():
     # charlm_lr_ramp_f: 1.8x at 1480, sat near 3.1, then blown up 300x from 1838
     v = flat(3000)
     v[1000:] *= 1.8
-    v[1500:] *= np.minimum(np.geomspace(1.3, 300, 20)[np.minimum(np.arange(1500), 19)], 300)
+    v[1500:] *= np.geomspace(1.3, 300, 20)[np.minimum(np.arange(1500), 19)]  # up 300x over 20 steps, and stays
     first, second = LossSpikeDetector().detect(series(v))
     assert (first.start_step, first.classification, first.end_step) == (1000, SpikeClass.DIVERGENT, None)
     assert "settled at" in first.message and first.peak_value < 1.9 * 2.2  # its own peak, not the next one's
