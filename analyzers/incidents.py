@@ -87,37 +87,31 @@ _FELT = (Kind.LOSS_SPIKE, Kind.DIVERGENCE, Kind.NONFINITE)
 
 
 def explained_by_spike(divergence: Finding, spikes: list[Finding]) -> bool:
-    """A rise that a spike on the same tag already accounts for is not news: one still up
-    or gone divergent after the rise began, or, for a rise that came back, any spike
-    within it.  A rise still up is also the spike's if an earlier spike never came down:
-    the loss left its floor there, and the trend only crossed its margin once the noise
-    of the spike itself had left the trend's noise window (charlm_lr_units_bug_c: a
-    divergent spike at 1001, back down to a flat 3.2 from 1400, taken for a divergence
-    "rising since 1624").  A spike that began after the rise was first told is its
-    consequence, not its cause (a seq2seq loss near 0.0023 creeping up from step 1530,
-    told at 2400, then jumping at 3130 on its way to 14x: the divergence is the news, and
-    live it was already out).  A rise that began while a spike that was not fast was still
-    up is that spike's slow way back, seen through the trend's blocks (charlm_lr_burst_b: an
-    LR burst's spike at 1301, back at 1733, taken for a divergence "from 1384" that was back
-    by 1960)."""
+    """A rise that a spike on the same tag, begun before the rise was first told, already
+    accounts for is not news.  A spike that began after that is the rise's consequence, not
+    its cause (a seq2seq loss near 0.0023 creeping up from step 1530, told at 2400, then
+    jumping at 3130 on its way to 14x: the divergence is the news, and live it was already
+    out).  Such a spike explains:
+
+    * if it was not fast, a rise that began before the loss came back from it, or at any
+      time if the loss never did.  A rise after a spike that never came down is the
+      spike's: the loss left its floor there, and the trend only crossed its margin once
+      the spike's own noise had left the trend's noise window (charlm_lr_units_bug_c: a
+      divergent spike at 1001, back down to a flat 3.2 from 1400, taken for a divergence
+      "rising since 1624").  A rise that began while it was still up is its slow way back,
+      seen through the trend's lagging blocks (charlm_lr_burst_b: an LR burst's spike at
+      1301, back at 1733, taken for a divergence "from 1384" that was back by 1960);
+    * if it was fast, only a rise that came back and that it began within."""
     end, told = divergence.end_step, divergence.evidence["told_at"]
-    return any(
-        s.tag == divergence.tag
-        and s.start_step <= told
-        and (
-            s.start_step >= divergence.start_step
-            and (s.classification is not SpikeClass.FAST_RECOVERING if end is None else s.start_step <= end)
-            or end is None and still_up(s)
-            or s.classification is not SpikeClass.FAST_RECOVERING
-            and divergence.start_step <= (s.end_step if s.end_step is not None else told)
-        )
-        for s in spikes
-    )
 
+    def explains(s: Finding) -> bool:
+        if s.tag != divergence.tag or s.start_step > told:
+            return False
+        if s.classification is SpikeClass.FAST_RECOVERING:
+            return end is not None and divergence.start_step <= s.start_step <= end
+        return s.end_step is None or s.end_step >= divergence.start_step
 
-def still_up(spike: Finding) -> bool:
-    """A spike the loss has not come back from (divergent, or slow and not yet back)."""
-    return spike.end_step is None and spike.classification is not SpikeClass.FAST_RECOVERING
+    return any(explains(s) for s in spikes)
 
 
 def overfitting_tells(spike: Finding, trends: list[Finding]) -> bool:

@@ -376,7 +376,7 @@ class LossSpikeDetector:
                 break
             k = int(free[0])
             begun = self._begin(w, base, _Onsets(*(a[k] for a in onsets)), first_step, resume)
-            for before in [f for f in followed if f.new_level is not None and f.end is None]:  # it ends where this begins
+            for before in [f for f in followed if f.new_level is not None]:  # it ends where this begins
                 followed.remove(before)
                 closed.append(_evolve(before, end=begun.onset - 1, end_step=int(w.step[w.at(begun.onset) - 1])))
             spike = self._advance(begun, w)
