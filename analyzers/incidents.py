@@ -91,7 +91,10 @@ def explained_by_spike(divergence: Finding, spikes: list[Finding]) -> bool:
     accounts for is not news.  A spike that began after that is the rise's consequence, not
     its cause (a seq2seq loss near 0.0023 creeping up from step 1530, told at 2400, then
     jumping at 3130 on its way to 14x: the divergence is the news, and live it was already
-    out).  Such a spike explains:
+    out), and so is one that began once the trend already stood over the 20% margin
+    (`risen_by`), whose confirmation can lag by blocks of hundreds of steps on a coarse log
+    (charlm_lr_ramp_interval_h: a climb with its LR ramp from 1200, 20% up by 1599, told at
+    1919; a jump there at 1879 would have told nothing of it).  Such a spike explains:
 
     * if it was not fast, a rise that began before the loss came back from it, or at any
       time if the loss never did.  A rise after a spike that never came down is the
@@ -103,9 +106,11 @@ def explained_by_spike(divergence: Finding, spikes: list[Finding]) -> bool:
       1301, back at 1733, taken for a divergence "from 1384" that was back by 1960);
     * if it was fast, only a rise that came back and that it began within."""
     end, told = divergence.end_step, divergence.evidence["told_at"]
+    risen = divergence.evidence["risen_by"]
+    risen = told if risen < 0 else risen
 
     def explains(s: Finding) -> bool:
-        if s.tag != divergence.tag or s.start_step > told:
+        if s.tag != divergence.tag or s.start_step > min(told, risen):
             return False
         if s.classification is SpikeClass.FAST_RECOVERING:
             return end is not None and divergence.start_step <= s.start_step <= end

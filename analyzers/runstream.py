@@ -105,8 +105,8 @@ class StateOutdated(Exception):
 
 
 # Raise when any detector's state changes shape (or the way it is packed at rest).
-STATE_FORMAT = 15
-READ_FORMATS = (15,)  # 15: a spike no longer kept keeps where the loss came back
+STATE_FORMAT = 16
+READ_FORMATS = (16,)  # 16: a spike state keeps its baseline's level window
 
 
 # -- the state --------------------------------------------------------------------------

@@ -207,13 +207,14 @@ class DivergenceState(StreamState):
     noise: float  # the latest level's noise sigma
     above: int  # blocks above the margin in the open incident
     opened: int  # the last step of the block that opened it: where it was first told
+    rose: int  # the last step of its first block over the rise margin (-1 before): from there it stood on its own
 
 
 class _Incident:
     """The incident part of a divergence state, changed in place while a feed walks its
     blocks (one state is built at the end, not one per block)."""
 
-    NAMES = ("streak", "streak_step", "crept", "open", "onset", "base", "top", "top_step", "above", "opened")
+    NAMES = ("streak", "streak_step", "crept", "open", "onset", "base", "top", "top_step", "above", "opened", "rose")
 
     def __init__(self, **values) -> None:
         self.__dict__.update(values)
@@ -225,9 +226,14 @@ class _Incident:
     def fields(self) -> dict:
         return {k: getattr(self, k) for k in self.NAMES}
 
-    def hold(self, new: Blocks, above: np.ndarray, a: int, b: int) -> None:
+    def hold(self, new: Blocks, counted: np.ndarray, above: np.ndarray, a: int, b: int) -> None:
+        """Blocks [a, b) of an open incident that stay up: `counted` (over the margin it
+        opened by) and `above` (over the rise margin) flag them."""
         top = a + int(np.argmax(new.level[a:b]))
-        self.above += int(above[a:b].sum())
+        self.above += int(counted[a:b].sum())
+        first = np.flatnonzero(above[a:b])
+        if self.rose < 0 and len(first):
+            self.rose = int(new.last_step[a + first[0]])
         if new.level[top] > self.top:
             self.top, self.top_step = float(new.level[top]), int(new.step[top])
 
@@ -241,8 +247,10 @@ class _Incident:
         level, at = float(new.level[j]), int(new.step[j])
         if not self.open:
             if not creep:
-                self.streak, self.crept, self.top, self.top_step = 0, 0, np.nan, -1
+                self.streak, self.crept, self.top, self.top_step, self.rose = 0, 0, np.nan, -1, -1
                 return None
+            if above and self.rose < 0:
+                self.rose = int(new.last_step[j])
             if self.crept == 0 or level > self.top:  # the streak's highest level, and where
                 self.top, self.top_step = level, at
             self.streak = self.streak + 1 if above else 0
@@ -255,6 +263,8 @@ class _Incident:
                 self.crept = int(by_creep)
             return None
         self.above += creep if self.crept else above
+        if above and self.rose < 0:
+            self.rose = int(new.last_step[j])
         if level > self.top:
             self.top, self.top_step = level, at
         if back and self.streak == 0:
@@ -264,7 +274,7 @@ class _Incident:
             return None
         done = {**self.fields(), "end": self.streak_step}
         self.streak, self.crept, self.open, self.onset, self.base = 0, 0, False, -1, np.nan
-        self.top, self.top_step, self.above, self.opened = np.nan, -1, 0, -1
+        self.top, self.top_step, self.above, self.opened, self.rose = np.nan, -1, 0, -1, -1
         return done
 
 
@@ -276,7 +286,7 @@ class DivergenceDetector:
         self.config = config
 
     def start(self) -> DivergenceState:
-        return DivergenceState(empty_blocks(), 0, np.inf, -1, np.inf, np.zeros(0), np.zeros(0, np.int64), 0, -1, 0, False, -1, np.nan, np.nan, -1, np.nan, -1, 0.0, 0, -1)
+        return DivergenceState(empty_blocks(), 0, np.inf, -1, np.inf, np.zeros(0), np.zeros(0, np.int64), 0, -1, 0, False, -1, np.nan, np.nan, -1, np.nan, -1, 0.0, 0, -1, -1)
 
     def detect(self, series: Series) -> list[Finding]:
         return detect_at_once(self, series.step, series.value, series.tag)
@@ -320,7 +330,7 @@ class DivergenceDetector:
                 k = int(np.searchsorted(mine, j))
                 stop = int(mine[k]) if k < len(mine) else n
                 if stop > j:  # blocks still up: only the top and the count move
-                    inc.hold(new, creep if inc.crept else above, j, stop)
+                    inc.hold(new, creep if inc.crept else above, above, j, stop)
                     j = stop
                     continue
             came_back = bool(back_creep[j] if inc.open and inc.crept else back[j])
@@ -392,7 +402,7 @@ class DivergenceDetector:
                 "seed: lower the learning rate, check the init std, use bf16 rather than fp16, Adam "
                 "beta2 = 0.95, and the data mixture at that point. Restarts alone only delay it."
             ),
-            evidence={"still_rising": rising, "noise": s.noise, "level_now": now, "blocks_above": s.above, "told_at": s.opened,
+            evidence={"still_rising": rising, "noise": s.noise, "level_now": now, "blocks_above": s.above, "told_at": s.opened, "risen_by": s.rose,
                       "block_steps": _block_steps(s.blocks, s.size or c.block_points)},
         )
 

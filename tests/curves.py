@@ -330,6 +330,15 @@ def chance_curve(seed: int, classes: int, points: int = 2000, interval: int = 1)
     return curve
 
 
+def coarse_ramp(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A loss logged every 20 steps that falls to 1.25 by step 1200 and then climbs with an
+    LR ramp, 1.5% noise (charlm_lr_ramp_interval_h, bench/labels trained, retired): steps
+    and values."""
+    step = np.arange(19, 3000, 20)
+    trend = np.where(step < 1200, 1.25 + 2.75 * np.exp(-step / 250), 1.25 + 0.0011 * (step - 1200))
+    return step, trend * (1 + 0.015 * np.random.default_rng(seed).standard_normal(len(step)))
+
+
 def plant_stalled_lr(curve: Curve, at: int) -> None:
     """The LR is set to 1e-9 at point `at` (a scheduler bug); the loss stops improving."""
     loss, lr = curve.tags["train/loss"], curve.tags["train/lr"]

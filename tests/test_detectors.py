@@ -10,6 +10,7 @@ from analyzers.analyze import analyze_run
 from analyzers.findings import Kind, Severity, SpikeClass
 from analyzers.gradnorm import GradNormDetector
 from analyzers.series import Resume, TagWrites, prepare_run
+from tests.curves import coarse_ramp
 
 
 def run(tags: dict[str, np.ndarray], steps: np.ndarray | None = None, resumes=(), segments=None):
@@ -167,6 +168,20 @@ def test_a_slow_spike_s_way_back_is_not_told_again_as_a_divergence():
         assert (spike.start_step, spike.classification) == (1300, SpikeClass.SLOW_RECOVERING)
         assert 1700 < spike.end_step < 1850
         assert kinds(findings, Kind.DIVERGENCE) == []
+
+
+@pytest.mark.parametrize("seed", [2, 3])  # seeds where the turn to climb is no spike of its own
+def test_a_rise_already_20_percent_up_when_a_spike_begins_is_told_beside_it(seed):
+    # as charlm_lr_ramp_interval_h: a loss logged every 20 steps climbing with its LR ramp
+    # from 1200, 20% up by 1759 but confirmed only at 2079 (blocks of 160 steps); a blow-up
+    # that began in between explained the whole rise, and "spiked at 1879" told nothing of
+    # the climb that came first
+    step, v = coarse_ramp(seed)
+    v[np.searchsorted(step, 1879) :] *= 2.5
+    findings = analyze_run(run({"train/loss": v}, step))
+    [rise], [spike] = kinds(findings, Kind.DIVERGENCE), kinds(findings, Kind.LOSS_SPIKE)
+    assert rise.start_step < 1400 and rise.evidence["risen_by"] < 1879 < rise.evidence["told_at"]
+    assert (spike.start_step, spike.classification) == (1879, SpikeClass.DIVERGENT)
 
 
 def test_plateau_with_a_stalled_learning_rate_is_a_warning():
