@@ -55,10 +55,14 @@ up 300x from 1838, which waited for the slow horizon, 1,000 steps, before).  Pas
 is blown up, and its further jumps are the same disaster.
 
 **Where it starts.**  A spike is reported from where its rise began: its onset, or the
-first of up to `rise_points` points just before it that already stood above its band
-(Megatron's Mixtral 8x7B climbed +5-10% from 1625, each point under its bar, to one 7
-sigmas out at 1640: the spike starts at 1625, "spiked at step 1640 (rising from step
-1625)").  Its horizons still count from the onset.
+first of up to `rise_points` points just before it that already stood out, each
+`recovery_z` sigmas (or `recovery_tolerance`) over the level (Megatron's Mixtral 8x7B
+climbed +5-10% from 1625, each point under its bar, to one 7 sigmas out at 1640: the spike
+starts at 1625, "spiked at step 1640 (rising from step 1625)").  A point's sigmas, not the
+recovery band's, which is a median's: half of a noisy loss's points stand over that, and a
+bad batch on a loss of 5% noise (`charlm_bad_batch_i`, bench/labels trained, retired: 9.41
+at 1300 after 1.31 and 1.35) was "rising from step 1298".  Its horizons still count from
+the onset.
 
 **Down a falling curve** the one-point rule measures against the baseline's following level
 (the median of the last 16 points, lagging 8 where the level lags 16), in a sigma at most
@@ -714,8 +718,11 @@ class LossSpikeDetector:
         fast = max(c.fast_points * interval, c.fast_steps)
         slow = max(fast, c.slow_points * interval, c.slow_steps, int(c.slow_share * age))
         watch = max(slow, c.watch_points * interval, c.watch_steps, int(c.watch_share * age))
+        # a point before the onset is part of the rise when it stands out as one point (the
+        # band is a median's: half of a noisy loss's points stand over it)
+        risen = level + max(c.recovery_z * sigma, c.recovery_tolerance * abs(level), 2 * float(base.quantum[i]))
         rise = i
-        while rise > max(0, w.at(since), i - c.rise_points) and w.value[rise - 1] > band:
+        while rise > max(0, w.at(since), i - c.rise_points) and w.value[rise - 1] > risen:
             rise -= 1
         return Followed(
             onset=onset, onset_step=int(s[i]), rise_step=int(s[rise]), level=level, sigma=sigma, band=band, z=z,

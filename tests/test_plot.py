@@ -76,7 +76,7 @@ def test_a_stalled_learning_rate_shades_the_plateau_from_where_the_lr_fell(tmp_p
 
 def test_fp16_overflow_marks_nans_where_they_happen_and_the_collapse(tmp_path):
     root = svg_of(SAMPLES / "fp16_overflow", tmp_path)
-    assert {"nonfinite-train/loss", "spike-divergent-1896"} <= panel(root, "loss")
+    assert {"nonfinite-train/loss", "spike-divergent-1897"} <= panel(root, "loss")
     assert "nonfinite-train/grad_norm" in panel(root, "grad_norm")
     assert "collapse-1523" in panel(root, "loss_scale")
     assert "nonfinite-train/loss_scale" not in ids(root)

@@ -105,6 +105,17 @@ def test_a_further_jump_of_a_loss_still_rising_within_2x_is_a_spike_of_its_own_b
     assert only(LossSpikeDetector().detect(series(v))).start_step == 1000
 
 
+@pytest.mark.parametrize("seed", [8, 16, 17, 28])  # seeds whose point before the spike stood 5% up
+def test_a_one_point_spike_on_a_noisy_loss_starts_at_its_point_not_at_the_noise_before(seed):
+    # charlm_bad_batch_i: 1.22 with 5% noise, 9.41 at 1300, was "spiked at step 1300 (rising
+    # from step 1298)": 1.31 and 1.35 stood over the band of a 25-point median
+    v = flat(2000, level=1.22, noise=0.06, seed=seed)
+    v[1300] = 9.4
+    f = only(LossSpikeDetector().detect(series(v)))
+    assert (f.start_step, f.classification) == (1300, SpikeClass.FAST_RECOVERING)
+    assert f.message.startswith("train/loss spiked at step 1300: 1.2")
+
+
 def test_spike_that_turns_nan_is_divergent():
     v = bump(flat(2000), 1000, 3.0, 50)
     v[1020:] = np.nan

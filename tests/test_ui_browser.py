@@ -273,7 +273,7 @@ def test_the_runs_page_draws_each_loss_as_a_sparkline_with_its_alerts(samples_se
     page.wait_for_selector("td.spark[data-run=clean][data-drawn=true] canvas", timeout=20_000)
     assert int(page.get_attribute("td.spark[data-run=fp16_overflow]", "data-marked")) >= 2  # its divergent spike and NaN
     assert page.get_attribute("td.spark[data-run=clean]", "data-marked") == "0"
-    assert "loss_spike at 1896" in page.get_attribute("td.spark[data-run=fp16_overflow]", "title")
+    assert "loss_spike at 1897" in page.get_attribute("td.spark[data-run=fp16_overflow]", "title")
     assert errors == []
 
 
