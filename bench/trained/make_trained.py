@@ -428,6 +428,53 @@ PLANS = [
          eval_every=100),
     Plan("charlm_epoch_mean_i", "Clean run logged as Keras logs per batch: the running mean of 200-step epochs, "
          "twice the peak LR (6e-3).", seed=150, epoch_steps=200, peak_lr=6e-3),
+    # A twelfth batch (2026-12-05), all held out, so that the eleventh's misses could be read: every kind again,
+    # more of it logged every 10 or 20 steps as HF Trainer logs (labelled before any detector ran on them).
+    Plan("charlm_lr_burst_j", "LR x15 for steps 1400-1429, evaluated every 100 steps.", seed=151, eval_every=100,
+         lr_factor=window(1400, 1430, 15.0)),
+    Plan("charlm_lr_burst_interval_j", "LR x20 for steps 1600-1619, no gradient clipping, 3,000 steps; the loss logged "
+         "every 20 steps as the mean since the last log.", seed=152, steps=3000, log_every=20, clip=None,
+         lr_factor=window(1600, 1620, 20.0)),
+    Plan("charlm_bad_batch_j", "Corrupted batches at steps 900 and 1600, gradient clipping at 1.", seed=153,
+         corrupt=garbage({900, 1600})),
+    Plan("charlm_bad_batch_interval_j", "A corrupted batch at step 1500, no gradient clipping, 3,000 steps; the loss "
+         "logged every 10 steps as the mean since the last log.", seed=154, steps=3000, log_every=10, clip=None,
+         corrupt=garbage({1500})),
+    Plan("charlm_lr_jump_j", "LR x5 from step 1200 to the end, no gradient clipping, evaluated every 50 steps.",
+         seed=155, clip=None, eval_every=50, lr_factor=lambda s: 5.0 if s >= 1200 else 1.0),
+    Plan("charlm_lr_jump_interval_j", "LR x8 from step 1800 to the end, 3,000 steps; the loss logged every 20 steps "
+         "as the mean since the last log, evaluated every 200 steps.", seed=156, steps=3000, log_every=20,
+         eval_every=200, lr_factor=lambda s: 8.0 if s >= 1800 else 1.0),
+    Plan("charlm_lr_units_bug_j", "Gradient clipping at 1; from step 1400 the LR is 300x (a units bug).", seed=157,
+         lr_factor=lambda s: 300.0 if s >= 1400 else 1.0),
+    Plan("charlm_fp16_collapse_j", "fp16 autocast with torch's GradScaler, no gradient clipping; from step 1000 the "
+         "LR is 100x.", seed=158, fp16=True, clip=None, lr_factor=lambda s: 100.0 if s >= 1000 else 1.0),
+    Plan("charlm_fp16_lr_jump_j", "fp16 autocast with torch's GradScaler, gradient clipping at 1; from step 1500 the "
+         "LR is 10x.", seed=159, fp16=True, lr_factor=lambda s: 10.0 if s >= 1500 else 1.0),
+    Plan("charlm_lr_ramp_j", "Gradient clipping at 1; from step 1000 the LR grows 1.5x every 100 steps, evaluated "
+         "every 50 steps.", seed=160, eval_every=50, lr_factor=ramp(1000, 1.5)),
+    Plan("charlm_lr_ramp_interval_j", "No gradient clipping; from step 1300 the LR grows 1.7x every 100 steps, 3,000 "
+         "steps; the loss logged every 20 steps as the mean since the last log, evaluated every 200 steps.",
+         seed=161, steps=3000, log_every=20, eval_every=200, clip=None, lr_factor=ramp(1300, 1.7)),
+    Plan("charlm_overfit_j", "Trained on 8,000 characters only, evaluated on GPL-3 every 50 steps.", seed=162,
+         steps=1800, train_chars=8000, eval_every=50),
+    Plan("charlm_overfit_interval_j", "Trained on 30,000 characters only, 3,000 steps; the loss logged every 10 "
+         "steps as the mean since the last log, evaluated on GPL-3 every 100 steps.", seed=163, steps=3000,
+         log_every=10, train_chars=30000, eval_every=100),
+    Plan("charlm_resume_schedule_lost_j", "The process dies after step 1299; a new one resumes from the step-1000 "
+         "checkpoint with model and optimizer restored but the LR schedule restarted from 0 (warmup again).",
+         seed=164, crash_after=1299, resume_from=1000, schedule_lost=True),
+    Plan("charlm_lr_frozen_j", "A scheduler bug sets the LR to 1e-9 of its value from step 1200.", seed=165,
+         lr_factor=lambda s: 1e-9 if s >= 1200 else 1.0),
+    Plan("charlm_clean_j", "Clean run, evaluated every 50 steps.", seed=166, eval_every=50),
+    Plan("charlm_clean_interval_j", "Clean run, 3,000 steps; the loss logged every 20 steps as the mean since the "
+         "last log, evaluated every 200 steps.", seed=167, steps=3000, log_every=20, eval_every=200),
+    Plan("charlm_clean_hot_j", "Clean run at 2.5x the peak LR (7.5e-3) with gradient clipping at 1, evaluated every "
+         "100 steps.", seed=168, peak_lr=7.5e-3, eval_every=100),
+    Plan("charlm_sgdr_j", "Clean run on SGDR, restarting every 500 steps, gradient clipping at 1, evaluated every "
+         "100 steps.", seed=169, restart_every=500, eval_every=100),
+    Plan("charlm_epoch_mean_lr_jump_j", "Logged as Keras logs per batch (the running mean of 250-step epochs); the LR "
+         "x8 from step 1300 to the end.", seed=170, epoch_steps=250, lr_factor=lambda s: 8.0 if s >= 1300 else 1.0),
 ]
 
 
