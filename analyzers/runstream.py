@@ -106,7 +106,7 @@ class StateOutdated(Exception):
 
 # Raise when any detector's state changes shape (or the way it is packed at rest).
 STATE_FORMAT = 16
-READ_FORMATS = (16,)  # 16: a spike state keeps its baseline's level window
+READ_FORMATS = (16,)  # 16: a divergence keeps where its trend first stood 20% up
 
 
 # -- the state --------------------------------------------------------------------------
