@@ -105,12 +105,11 @@ def explained_by_spike(divergence: Finding, spikes: list[Finding]) -> bool:
       seen through the trend's lagging blocks (charlm_lr_burst_b: an LR burst's spike at
       1301, back at 1733, taken for a divergence "from 1384" that was back by 1960);
     * if it was fast, only a rise that came back and that it began within."""
-    end, told = divergence.end_step, divergence.evidence["told_at"]
-    risen = divergence.evidence["risen_by"]
-    risen = told if risen < 0 else risen
+    end, told, risen = divergence.end_step, divergence.evidence["told_at"], divergence.evidence["risen_by"]
+    latest = told if risen < 0 else min(told, risen)  # the last onset of a spike that may explain it
 
     def explains(s: Finding) -> bool:
-        if s.tag != divergence.tag or s.start_step > min(told, risen):
+        if s.tag != divergence.tag or s.start_step > latest:
             return False
         if s.classification is SpikeClass.FAST_RECOVERING:
             return end is not None and divergence.start_step <= s.start_step <= end

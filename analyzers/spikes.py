@@ -712,15 +712,18 @@ class LossSpikeDetector:
             if base.following[i] < level:  # down a falling curve, the sigma the one-point rule measured it in
                 sigma = min(sigma, c.local_margin * float(base.local_sigma[i]))
         width = max(1, min(c.recovery_window, c.recovery_window // interval))
+
+        def over(spread: float) -> float:  # `recovery_z` such spreads, `recovery_tolerance` or 2 quanta over the level
+            return level + max(c.recovery_z * spread, c.recovery_tolerance * abs(level), 2 * float(base.quantum[i]))
+
         # the noise of a median of `width` points is sigma * sqrt(pi / 2 / width)
-        spread = c.recovery_z * sigma * np.sqrt(np.pi / 2 / width)
-        band = level + max(spread, c.recovery_tolerance * abs(level), 2 * float(base.quantum[i]))
+        band = over(sigma * np.sqrt(np.pi / 2 / width))
         fast = max(c.fast_points * interval, c.fast_steps)
         slow = max(fast, c.slow_points * interval, c.slow_steps, int(c.slow_share * age))
         watch = max(slow, c.watch_points * interval, c.watch_steps, int(c.watch_share * age))
         # a point before the onset is part of the rise when it stands out as one point (the
         # band is a median's: half of a noisy loss's points stand over it)
-        risen = level + max(c.recovery_z * sigma, c.recovery_tolerance * abs(level), 2 * float(base.quantum[i]))
+        risen = over(sigma)
         rise = i
         while rise > max(0, w.at(since), i - c.rise_points) and w.value[rise - 1] > risen:
             rise -= 1
