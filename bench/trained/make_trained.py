@@ -475,6 +475,55 @@ PLANS = [
          "100 steps.", seed=169, restart_every=500, eval_every=100),
     Plan("charlm_epoch_mean_lr_jump_j", "Logged as Keras logs per batch (the running mean of 250-step epochs); the LR "
          "x8 from step 1300 to the end.", seed=170, epoch_steps=250, lr_factor=lambda s: 8.0 if s >= 1300 else 1.0),
+    # A thirteenth batch (2026-12-05), all held out, so that the twelfth's misses could be read: more slow
+    # divergences and grad norms under clipping, where each held-out batch had held only a few of them.
+    Plan("charlm_lr_ramp_k", "Gradient clipping at 1; from step 1100 the LR grows 1.3x every 100 steps, evaluated "
+         "every 100 steps.", seed=171, eval_every=100, lr_factor=ramp(1100, 1.3)),
+    Plan("charlm_lr_ramp_interval_k", "No gradient clipping; from step 1200 the LR grows 1.5x every 100 steps, 3,000 "
+         "steps; the loss logged every 10 steps as the mean since the last log.", seed=172, steps=3000, log_every=10,
+         clip=None, lr_factor=ramp(1200, 1.5)),
+    Plan("charlm_lr_ramp_coarse_k", "Gradient clipping at 1; from step 900 the LR doubles every 100 steps, 3,000 "
+         "steps; the loss logged every 20 steps as the mean since the last log.", seed=173, steps=3000, log_every=20,
+         lr_factor=ramp(900, 2.0)),
+    Plan("charlm_lr_jump_k", "LR x6 from step 1300 to the end, no gradient clipping.", seed=174, clip=None,
+         lr_factor=lambda s: 6.0 if s >= 1300 else 1.0),
+    Plan("charlm_lr_jump_interval_k", "LR x10 from step 2000 to the end, 3,000 steps; the loss logged every 10 steps "
+         "as the mean since the last log.", seed=175, steps=3000, log_every=10, lr_factor=lambda s: 10.0 if s >= 2000 else 1.0),
+    Plan("charlm_lr_burst_k", "LR x25 for steps 1100-1109, no gradient clipping.", seed=176, clip=None,
+         lr_factor=window(1100, 1110, 25.0)),
+    Plan("charlm_bad_batch_k", "Corrupted batches at steps 700, 1300 and 1800, gradient clipping at 0.5.", seed=177,
+         clip=0.5, corrupt=garbage({700, 1300, 1800})),
+    Plan("charlm_bad_batch_interval_k", "A corrupted batch at step 1200, no gradient clipping, 3,000 steps; the loss "
+         "logged every 20 steps as the mean since the last log.", seed=178, steps=3000, log_every=20, clip=None,
+         corrupt=garbage({1200})),
+    Plan("charlm_fp16_collapse_k", "fp16 autocast with torch's GradScaler, no gradient clipping; from step 1200 the "
+         "LR is 50x.", seed=179, fp16=True, clip=None, lr_factor=lambda s: 50.0 if s >= 1200 else 1.0),
+    Plan("charlm_fp16_clean_k", "Clean run, fp16 autocast with torch's GradScaler, gradient clipping at 1.", seed=180,
+         fp16=True),
+    Plan("charlm_overfit_k", "Trained on 15,000 characters only, 2,500 steps, evaluated on GPL-3 every 100 steps.",
+         seed=181, steps=2500, train_chars=15000, eval_every=100),
+    Plan("charlm_overfit_interval_k", "Trained on 5,000 characters only, 3,000 steps; the loss logged every 20 steps "
+         "as the mean since the last log, evaluated on GPL-3 every 200 steps.", seed=182, steps=3000, log_every=20,
+         train_chars=5000, eval_every=200),
+    Plan("charlm_resume_exact_k", "The process dies after step 1444; a new one resumes from the step-1000 checkpoint "
+         "with everything restored.", seed=183, crash_after=1444, resume_from=1000),
+    Plan("charlm_resume_schedule_lost_k", "The process dies after step 1799; a new one resumes from the step-1500 "
+         "checkpoint with the LR schedule restarted from 0, 3,000 steps; the loss logged every 10 steps as the mean "
+         "since the last log.", seed=184, steps=3000, log_every=10, crash_after=1799, resume_from=1500,
+         schedule_lost=True),
+    Plan("charlm_lr_frozen_k", "A scheduler bug sets the LR to 1e-9 of its value from step 1000, 3,000 steps; the "
+         "loss logged every 20 steps as the mean since the last log.", seed=185, steps=3000, log_every=20,
+         lr_factor=lambda s: 1e-9 if s >= 1000 else 1.0),
+    Plan("charlm_clean_k", "Clean run, evaluated every 25 steps.", seed=186, eval_every=25),
+    Plan("charlm_clean_interval_k", "Clean run, 3,000 steps; the loss logged every 10 steps as the mean since the "
+         "last log, evaluated every 100 steps.", seed=187, steps=3000, log_every=10, eval_every=100),
+    Plan("charlm_clean_hot_k", "Clean run at 1.7x the peak LR (5e-3) without gradient clipping, evaluated every "
+         "100 steps.", seed=188, peak_lr=5e-3, clip=None, eval_every=100),
+    Plan("charlm_sgdr_interval_k", "Clean run on SGDR, restarting every 600 steps, gradient clipping at 1, 3,000 "
+         "steps; the loss logged every 20 steps as the mean since the last log.", seed=189, steps=3000, log_every=20,
+         restart_every=600),
+    Plan("charlm_epoch_mean_lr_ramp_k", "Logged as Keras logs per batch (the running mean of 200-step epochs); from "
+         "step 1000 the LR grows 1.5x every 100 steps.", seed=190, epoch_steps=200, lr_factor=ramp(1000, 1.5)),
 ]
 
 
