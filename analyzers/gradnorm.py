@@ -20,7 +20,12 @@ largest was 7.6x).  A norm that rises gradually (8x over a warmup) never opens a
 
 Explosion.  A point at least `ratio` (10) times the level: an order of magnitude, the
 smallest jump the logbooks call an explosion (BLOOM-176B: 0.24 -> 960 over five steps; 3-7x
-blips are not).  Points over the line with fewer than `gap_points` (3) points below between
+blips are not).  A new one opens only at a point that also stands `elevated` times over the
+trailing median: a jump, not a norm still elevated after an explosion and back over the
+line (`charlm_lr_units_bug_j`, bench/labels trained: 13-27x at once, then down from about 20
+to 1 over 250 points, its 2-3x blips crossing 10x its last calm level four times, each told
+as an explosion of its own), nor one that drifted there (`sample_runs/fp16_overflow`: 1 ->
+12 over the 200 steps its inputs grew).  Points over the line with fewer than `gap_points` (3) points below between
 them are one explosion (a norm flickering around the line in one incident); it closes after
 `gap_points` points below.  An explosion that has lasted `settle_points` (8) points and then
 jumps `ratio` times over the median of its last `settle_points` points starts a new one: the
@@ -220,12 +225,17 @@ class GradNormDetector:
         onset = -current.length if current else 0
         last = -1 - current.below if current else -1
         jumps = over & np.isfinite(x) & (settled > 0) & (x >= c.ratio * settled)
+        jumped = ~(x < c.elevated * trailing)  # over the recent median too (NaN: no median yet)
         o = np.flatnonzero(over)
         for group in np.split(o, np.flatnonzero(np.diff(o) > c.gap_points) + 1) if len(o) else []:
-            first = int(group[0])
-            if current is None or first - last - 1 >= c.gap_points:
+            if current is None or int(group[0]) - last - 1 >= c.gap_points:
                 if current is not None:
                     closed.append(self._back(current, t, last))
+                    current = None
+                group = group[np.argmax(jumped[group]) :] if jumped[group].any() else group[:0]
+                if not len(group):  # a norm still elevated after an explosion, back over the line
+                    continue
+                first = int(group[0])
                 current, onset = self._new(first, x, t, level, trailing, settled, again=False), first
                 rest = group[1:]
             else:
