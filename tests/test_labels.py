@@ -95,16 +95,18 @@ def test_a_bad_label_is_refused_saying_where(tmp_path) -> None:
 
 def test_the_trained_runs_show_what_no_public_log_does() -> None:
     """Each part holds every kind no public log shows, and a clean run.  What is held out is
-    the twelfth batch (`_j`), trained to replace the runs held out before it, now retired
+    the thirteenth batch (`_k`), trained to replace the runs held out before it, now retired
     (bench/labels/README.md)."""
     trained = corpus.load(corpus.TRAINED)
-    assert {r.run[-2:] for r in trained.part("heldout")} == {"_j"} and len(trained.part("retired")) == 55
+    assert {r.run[-2:] for r in trained.part("heldout")} == {"_k"} and len(trained.part("retired")) == 75
     for part in ("tuning", "retired", "heldout"):
         runs = trained.part(part)
         kinds = {e.kind for r in runs for e in r.required}
         assert {"restart", "loss_spike", "overfitting", "plateau"} <= kinds, (part, kinds)
         assert any(not r.required for r in runs), f"the {part} part needs a clean run"
-    assert "loss_scale_collapse" in {e.kind for r in trained.part("heldout") for e in r.required}
+    # the thirteenth batch's fp16 collapse grew back (an optional event): collapses are tuned and retired
+    for part in ("tuning", "retired"):
+        assert "loss_scale_collapse" in {e.kind for r in trained.part(part) for e in r.required}
 
 
 def test_the_wild_labels_name_a_repository_and_known_kinds_on_each_run() -> None:
