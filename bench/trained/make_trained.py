@@ -524,6 +524,55 @@ PLANS = [
          restart_every=600),
     Plan("charlm_epoch_mean_lr_ramp_k", "Logged as Keras logs per batch (the running mean of 200-step epochs); from "
          "step 1000 the LR grows 1.5x every 100 steps.", seed=190, epoch_steps=200, lr_factor=ramp(1000, 1.5)),
+    # A fourteenth batch (2026-12-05), all held out, so that the thirteenth's misses could be read: every kind
+    # again on new seeds and settings, with NaN runs and more LR ramps logged every 10-20 steps.
+    Plan("charlm_lr_ramp_l", "No gradient clipping; from step 900 the LR grows 1.8x every 100 steps, evaluated every "
+         "100 steps.", seed=191, clip=None, eval_every=100, lr_factor=ramp(900, 1.8)),
+    Plan("charlm_lr_ramp_interval_l", "Gradient clipping at 1; from step 1400 the LR grows 1.6x every 100 steps, "
+         "3,000 steps; the loss logged every 20 steps as the mean since the last log, evaluated every 200 steps.",
+         seed=192, steps=3000, log_every=20, eval_every=200, lr_factor=ramp(1400, 1.6)),
+    Plan("charlm_lr_ramp_nan_l", "No gradient clipping; from step 1000 the LR doubles every 100 steps, 2,500 steps; the "
+         "loss logged every 10 steps as the mean since the last log.", seed=193, steps=2500, log_every=10, clip=None,
+         lr_factor=ramp(1000, 2.0)),
+    Plan("charlm_lr_units_bug_l", "No gradient clipping; from step 1300 the LR is 1000x (a units bug).", seed=194,
+         clip=None, lr_factor=lambda s: 1000.0 if s >= 1300 else 1.0),
+    Plan("charlm_lr_jump_l", "LR x4 from step 1100 to the end, gradient clipping at 1, evaluated every 50 steps.",
+         seed=195, eval_every=50, lr_factor=lambda s: 4.0 if s >= 1100 else 1.0),
+    Plan("charlm_lr_jump_interval_l", "LR x12 from step 1700 to the end, no gradient clipping, 3,000 steps; the loss "
+         "logged every 20 steps as the mean since the last log.", seed=196, steps=3000, log_every=20, clip=None,
+         lr_factor=lambda s: 12.0 if s >= 1700 else 1.0),
+    Plan("charlm_lr_burst_l", "LR x30 for steps 1300-1304, gradient clipping at 1.", seed=197,
+         lr_factor=window(1300, 1305, 30.0)),
+    Plan("charlm_lr_burst_interval_l", "LR x15 for steps 1500-1539, gradient clipping at 1, 3,000 steps; the loss "
+         "logged every 10 steps as the mean since the last log.", seed=198, steps=3000, log_every=10,
+         lr_factor=window(1500, 1540, 15.0)),
+    Plan("charlm_bad_batch_l", "Corrupted batches at steps 600 and 1500, no gradient clipping, evaluated every 100 "
+         "steps.", seed=199, clip=None, eval_every=100, corrupt=garbage({600, 1500})),
+    Plan("charlm_bad_batch_interval_l", "Corrupted batches at steps 1000 and 2200, gradient clipping at 1, 3,000 steps; "
+         "the loss logged every 10 steps as the mean since the last log.", seed=200, steps=3000, log_every=10,
+         corrupt=garbage({1000, 2200})),
+    Plan("charlm_fp16_collapse_l", "fp16 autocast with torch's GradScaler, no gradient clipping; from step 1100 the "
+         "LR is 200x.", seed=201, fp16=True, clip=None, lr_factor=lambda s: 200.0 if s >= 1100 else 1.0),
+    Plan("charlm_fp16_lr_jump_l", "fp16 autocast with torch's GradScaler, no gradient clipping; from step 1400 the "
+         "LR is 8x.", seed=202, fp16=True, clip=None, lr_factor=lambda s: 8.0 if s >= 1400 else 1.0),
+    Plan("charlm_overfit_l", "Trained on 10,000 characters only, evaluated on GPL-3 every 100 steps.", seed=203,
+         train_chars=10000, eval_every=100),
+    Plan("charlm_overfit_interval_l", "Trained on 20,000 characters only, 3,000 steps; the loss logged every 10 steps "
+         "as the mean since the last log, evaluated on GPL-3 every 100 steps.", seed=204, steps=3000, log_every=10,
+         train_chars=20000, eval_every=100),
+    Plan("charlm_resume_schedule_lost_l", "The process dies after step 1199; a new one resumes from the step-1000 "
+         "checkpoint with the LR schedule restarted from 0.", seed=205, crash_after=1199, resume_from=1000,
+         schedule_lost=True),
+    Plan("charlm_lr_frozen_l", "A scheduler bug sets the LR to 1e-9 of its value from step 900, evaluated every 100 "
+         "steps.", seed=206, eval_every=100, lr_factor=lambda s: 1e-9 if s >= 900 else 1.0),
+    Plan("charlm_clean_l", "Clean run, 3,000 steps, evaluated every 100 steps.", seed=207, steps=3000, eval_every=100),
+    Plan("charlm_clean_interval_l", "Clean run at 2x the peak LR (6e-3) without gradient clipping, 3,000 steps; the "
+         "loss logged every 20 steps as the mean since the last log.", seed=208, steps=3000, log_every=20,
+         peak_lr=6e-3, clip=None),
+    Plan("charlm_fp16_clean_l", "Clean run, fp16 autocast with torch's GradScaler, no gradient clipping, evaluated "
+         "every 100 steps.", seed=209, fp16=True, clip=None, eval_every=100),
+    Plan("charlm_epoch_mean_l", "Clean run logged as Keras logs per batch (the running mean of 250-step epochs).",
+         seed=210, epoch_steps=250),
 ]
 
 
