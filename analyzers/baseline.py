@@ -12,7 +12,12 @@ stream of appends.
 * following: down a falling curve, the median of the last `follow_points` (16) points when
   lower than the level: it lags the fall by 8 points, not 16, and is not thrown about by a
   slope read off noise or an LR drop's fall, as carrying the level along the slope would be.
-  The spike detector's one-point rule measures against it.
+  The spike detector's one-point rule measures against it, unless the curve has `turned_up`:
+  the median of its last 8 points back over the level, where a fall turns to climb
+  (`charlm_lr_ramp_coarse_k`, bench/labels trained: a loss logged every 20 steps, smooth,
+  climbing 1.5% a point from its floor as an LR ramp lifts it, stood 6.7 sigmas of its second
+  differences over the 16-point median of its floor 10 points into the climb: a "spike"
+  that explained away the divergence it was part of).
 * center and sigma: the median of the residuals (value - level) over the `noise_window`
   (128) points before, and 1.4826 x their median absolute deviation from it: the run's own
   robust spread around its level, minibatch noise included (on the speedrun 1.5B logs a
@@ -84,6 +89,17 @@ class Baseline:
         out = self.level.copy()
         out[self._falling] = np.fmin(out[self._falling], recent[self._falling])
         return out
+
+    def turned_up(self, at: np.ndarray) -> np.ndarray:
+        """Whether the curve had climbed back over its level just before each point at `at`:
+        the median of the `window // 4` points before it above the level.  At the bottom of a
+        fall that turns to climb, the newer half window still lies under the whole one, so the
+        curve reads as falling (and its following level as the one to measure against) for a
+        quarter window more (module docstring).  Asked of a few points only: a moving median
+        over the whole run would cost 5% of the analysis."""
+        k = max(self.config.window // 4, 1)
+        rows = self.values[np.maximum(at[:, None] - 1 - np.arange(k), 0)]
+        return row_medians(rows) > self.level[at]
 
     @cached_property
     def quantum(self) -> np.ndarray:

@@ -513,6 +513,16 @@ class LossSpikeDetector:
         if not len(at):
             return _no_onsets()
         p = w.new + at  # window positions
+        turned = _turned_up(base, p)  # measured as off a falling curve, but the curve had turned to climb
+        if turned.any():
+            t = p[turned]
+            plain = (w.value[t] - base.level[t] - np.fmax(base.center[t], 0)) / base.sigma[t]
+            keep = ~turned
+            keep[turned] = plain > bar[at[turned]]
+            at, p, z = at[keep], p[keep], z.copy()
+            z[t] = plain
+            if not len(at):
+                return _no_onsets()
         lowest = _lowest_since(w.value, p, c.rise_points)
         hit = np.flatnonzero(_sudden(w.value[p], base.level[p], lowest, base.quantum[p], c.min_quanta))
         unset = np.full(len(hit), np.nan)
@@ -709,7 +719,8 @@ class LossSpikeDetector:
             level, sigma = float(found.level), float(found.sigma)
         else:
             level, sigma = float(base.level[i]), float(base.sigma[i])
-            if base.following[i] < level:  # down a falling curve, the sigma the one-point rule measured it in
+            if not _turned_up(base, np.array([i])).any() and base.following[i] < level:
+                # down a falling curve, the sigma the one-point rule measured it in
                 sigma = min(sigma, c.local_margin * float(base.local_sigma[i]))
         width = max(1, min(c.recovery_window, c.recovery_window // interval))
 
@@ -1035,6 +1046,16 @@ def _move_median(a: np.ndarray, window: int) -> np.ndarray:
     np.maximum(x, y, out=out[2:])
     np.minimum(out[2:], z, out=out[2:])
     np.maximum(out[2:], low, out=out[2:])  # max(min(x, y), min(max(x, y), z))
+    return out
+
+
+def _turned_up(base: Baseline, at: np.ndarray) -> np.ndarray:
+    """Which points at `at` the one-point rule measured down a falling curve although the
+    curve had turned to climb before them (`Baseline.turned_up`)."""
+    falling = base.following[at] < base.level[at]
+    out = np.zeros(len(at), bool)
+    if falling.any():
+        out[falling] = base.turned_up(at[falling])
     return out
 
 

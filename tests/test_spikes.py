@@ -8,15 +8,16 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from analyzers.analyze import analyze_run
 from analyzers.baseline import decimal_step, value_bits, value_decimals
-from analyzers.findings import Severity, SpikeClass
+from analyzers.findings import Kind, Severity, SpikeClass
 from analyzers.roles import Role
-from analyzers.series import TagWrites, prepare_series
+from analyzers.series import TagWrites, prepare_run, prepare_series
 from analyzers.spikes import LossSpikeDetector, SpikeConfig
 from analyzers.stream import feed_in_pieces
 from app.analysis import tag_writes
 from app.ingest.sources import read_path
-from tests.conftest import REFERENCE_RUNS
+from tests.conftest import REFERENCE_RUNS, REPO
 from tests.curves import clean_curve, regression_curve
 
 
@@ -699,3 +700,17 @@ def test_a_smooth_climb_without_noise_raises_no_spike(values):
     on the objective climbing from -5 to -1), and a convex climb is measured over the lag it
     keeps over its level (13 spikes on the exponential, 14 before the first fix)."""
     assert LossSpikeDetector().detect(series(values)) == []
+
+
+def test_a_smooth_loss_turning_from_its_fall_to_climb_is_no_spike():
+    """charlm_lr_ramp_coarse_k (bench/labels trained, retired): logged every 20 steps as the
+    mean since the last log, the loss floors at 1.32 by 939 and climbs 1.5% a point as an LR
+    ramp lifts it.  At 1159, ten points into the climb, the 16-point median under the whole
+    window still called the curve falling, and the point stood 6.7 sigmas of its second
+    differences over it: a critical "spike" from 1159 that explained the divergence away.
+    The curve had climbed back over its level: the spike is the jump to 3.15 from 1519."""
+    [run] = read_path(str(REPO / "bench" / "trained" / "runs" / "charlm_lr_ramp_coarse_k")).runs.values()
+    loss = prepare_run(tag_writes(run)).series["train/loss"]
+    assert [f.start_step for f in LossSpikeDetector().detect(loss)] == [1739, 2799]
+    [divergence] = [f for f in analyze_run(prepare_run(tag_writes(run))) if f.kind is Kind.DIVERGENCE]
+    assert divergence.start_step == 1059
