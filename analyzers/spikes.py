@@ -75,7 +75,11 @@ fp32 and bf16, heavy-tailed noise, each clean and with one point raised 25% at o
 places) 256 of the 259 stretches the labels' rule requires are found, where 205 were (of
 the planted jumps, 132 of 133 where 85 were), and alerts away from any 6-sigma candidate
 went from 19 to 14; the tuning logs' scores did not move.  A rising or flat curve keeps the
-level and sigma (a smoothly climbing validation loss has almost no second differences).
+level and sigma (a smoothly climbing validation loss has almost no second differences), and
+so does a fall that has turned up, the median of its last 8 points back over the level
+(`Baseline.turned_up`): `charlm_lr_ramp_coarse_k` (bench/labels trained, retired), smooth
+and logged every 20 steps, climbing 1.5% a point from its floor, stood 6.7 sigmas of its
+second differences over the following level ten points into its climb, a critical spike.
 
 **An eval loss before its sigma is known.**  The baseline measures nothing before a tag's
 ~40th point, which is most of a fine-tune's eval loss (it evaluates a few dozen times).
