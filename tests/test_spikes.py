@@ -708,7 +708,8 @@ def test_a_smooth_loss_turning_from_its_fall_to_climb_is_no_spike():
     ramp lifts it.  At 1159, ten points into the climb, the 16-point median under the whole
     window still called the curve falling, and the point stood 6.7 sigmas of its second
     differences over it: a critical "spike" from 1159 that explained the divergence away.
-    The curve had climbed back over its level: the spike is the jump to 3.15 from 1519."""
+    The curve had climbed back over its level: its spikes are the blow-ups from 1739 and 2799
+    (the jump to 3.15 at 1519, three points of the climb, is not found)."""
     [run] = read_path(str(REPO / "bench" / "trained" / "runs" / "charlm_lr_ramp_coarse_k")).runs.values()
     loss = prepare_run(tag_writes(run)).series["train/loss"]
     assert [f.start_step for f in LossSpikeDetector().detect(loss)] == [1739, 2799]
