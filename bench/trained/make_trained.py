@@ -573,6 +573,57 @@ PLANS = [
          "every 100 steps.", seed=209, fp16=True, clip=None, eval_every=100),
     Plan("charlm_epoch_mean_l", "Clean run logged as Keras logs per batch (the running mean of 250-step epochs).",
          seed=210, epoch_steps=250),
+    # A fifteenth batch (2026-12-05), all held out, so that the fourteenth's misses could be read: every kind
+    # again on new seeds and settings.
+    Plan("charlm_lr_ramp_m", "Gradient clipping at 1; from step 1200 the LR grows 1.7x every 100 steps, evaluated "
+         "every 100 steps.", seed=211, eval_every=100, lr_factor=ramp(1200, 1.7)),
+    Plan("charlm_lr_ramp_interval_m", "No gradient clipping; from step 1000 the LR grows 1.4x every 100 steps, 3,000 "
+         "steps; the loss logged every 10 steps as the mean since the last log.", seed=212, steps=3000, log_every=10,
+         clip=None, lr_factor=ramp(1000, 1.4)),
+    Plan("charlm_lr_units_bug_m", "Gradient clipping at 1; from step 1600 the LR is 200x, 2,500 steps; the loss logged "
+         "every 20 steps as the mean since the last log.", seed=213, steps=2500, log_every=20,
+         lr_factor=lambda s: 200.0 if s >= 1600 else 1.0),
+    Plan("charlm_lr_jump_m", "LR x7 from step 900 to the end, no gradient clipping, evaluated every 100 steps.",
+         seed=214, clip=None, eval_every=100, lr_factor=lambda s: 7.0 if s >= 900 else 1.0),
+    Plan("charlm_lr_jump_interval_m", "LR x6 from step 1500 to the end, gradient clipping at 1, 3,000 steps; the loss "
+         "logged every 10 steps as the mean since the last log.", seed=215, steps=3000, log_every=10,
+         lr_factor=lambda s: 6.0 if s >= 1500 else 1.0),
+    Plan("charlm_lr_burst_m", "LR x20 for steps 1200-1219, no gradient clipping, evaluated every 50 steps.", seed=216,
+         clip=None, eval_every=50, lr_factor=window(1200, 1220, 20.0)),
+    Plan("charlm_lr_burst_interval_m", "LR x25 for steps 1800-1829, no gradient clipping, 3,000 steps; the loss logged "
+         "every 20 steps as the mean since the last log.", seed=217, steps=3000, log_every=20, clip=None,
+         lr_factor=window(1800, 1830, 25.0)),
+    Plan("charlm_bad_batch_m", "Corrupted batches at steps 800, 1100 and 1700, gradient clipping at 1.", seed=218,
+         corrupt=garbage({800, 1100, 1700})),
+    Plan("charlm_bad_batch_interval_m", "A corrupted batch at step 1900, no gradient clipping, 3,000 steps; the loss "
+         "logged every 20 steps as the mean since the last log.", seed=219, steps=3000, log_every=20, clip=None,
+         corrupt=garbage({1900})),
+    Plan("charlm_fp16_collapse_m", "fp16 autocast with torch's GradScaler, gradient clipping at 1; from step 1300 the "
+         "LR is 300x.", seed=220, fp16=True, lr_factor=lambda s: 300.0 if s >= 1300 else 1.0),
+    Plan("charlm_fp16_lr_jump_m", "fp16 autocast with torch's GradScaler, no gradient clipping; from step 1200 the "
+         "LR is 12x.", seed=221, fp16=True, clip=None, lr_factor=lambda s: 12.0 if s >= 1200 else 1.0),
+    Plan("charlm_overfit_m", "Trained on 6,000 characters only, evaluated on GPL-3 every 50 steps.", seed=222,
+         train_chars=6000, eval_every=50),
+    Plan("charlm_overfit_interval_m", "Trained on 25,000 characters only, 3,000 steps; the loss logged every 20 steps "
+         "as the mean since the last log, evaluated on GPL-3 every 200 steps.", seed=223, steps=3000, log_every=20,
+         train_chars=25000, eval_every=200),
+    Plan("charlm_resume_exact_m", "The process dies after step 1333; a new one resumes from the step-1000 checkpoint "
+         "with everything restored, evaluated every 100 steps.", seed=224, crash_after=1333, resume_from=1000,
+         eval_every=100),
+    Plan("charlm_resume_schedule_lost_m", "The process dies after step 1649; a new one resumes from the step-1500 "
+         "checkpoint with the LR schedule restarted from 0.", seed=225, crash_after=1649, resume_from=1500,
+         schedule_lost=True),
+    Plan("charlm_lr_frozen_m", "A scheduler bug sets the LR to 1e-9 of its value from step 1100, 3,000 steps; the "
+         "loss logged every 10 steps as the mean since the last log.", seed=226, steps=3000, log_every=10,
+         lr_factor=lambda s: 1e-9 if s >= 1100 else 1.0),
+    Plan("charlm_clean_m", "Clean run without gradient clipping, evaluated every 50 steps.", seed=227, clip=None,
+         eval_every=50),
+    Plan("charlm_clean_interval_m", "Clean run, 3,000 steps; the loss logged every 10 steps as the mean since the "
+         "last log, evaluated every 200 steps.", seed=228, steps=3000, log_every=10, eval_every=200),
+    Plan("charlm_sgdr_m", "Clean run on SGDR at 1.5x the peak LR (4.5e-3), restarting every 400 steps, gradient "
+         "clipping at 1, evaluated every 100 steps.", seed=229, peak_lr=4.5e-3, restart_every=400, eval_every=100),
+    Plan("charlm_epoch_mean_lr_jump_m", "Logged as Keras logs per batch (the running mean of 200-step epochs); the LR "
+         "x6 from step 1100 to the end.", seed=230, epoch_steps=200, lr_factor=lambda s: 6.0 if s >= 1100 else 1.0),
 ]
 
 
