@@ -520,7 +520,7 @@ class LossSpikeDetector:
         turned = _turned_up(base, p)  # measured as off a falling curve, but the curve had turned to climb
         if turned.any():
             t = p[turned]
-            plain = (w.value[t] - base.level[t] - np.fmax(base.center[t], 0)) / base.sigma[t]
+            plain = _rising_z(w.value[t], base, t)
             keep = ~turned
             keep[turned] = plain > bar[at[turned]]
             at, p, z = at[keep], p[keep], z.copy()
@@ -1073,12 +1073,19 @@ def _point_z(value: np.ndarray, base: Baseline, local_margin: float) -> np.ndarr
     climb without noise stood that lag over a sigma of float64 rounding, an info spike at
     every third point of an exponential."""
     falling = base.following < base.level
-    lag = np.fmax(base.center, 0)  # how far a convex climb typically stands over its level
     if not falling.any():  # no copies on a curve that never falls (an eval loss climbing)
-        return (base.residual - lag) / base.sigma
+        return _rising_z(value, base, slice(None))
+    lag = np.fmax(base.center, 0)
     sigma = np.where(falling, np.fmin(base.sigma, local_margin * base.local_sigma), base.sigma)
     sigma[np.isnan(base.sigma)] = np.nan  # nothing is measured before the baseline's sigma is
     return (value - np.where(falling, base.following, base.level + lag)) / sigma
+
+
+def _rising_z(value: np.ndarray, base: Baseline, at: np.ndarray | slice) -> np.ndarray:
+    """The height in sigmas of `value` (the points at `at`) over the level plus the lag a
+    convex climb typically shows over it (the center, where above zero): the one-point
+    rule's measure off a falling curve."""
+    return (value - base.level[at] - np.fmax(base.center[at], 0)) / base.sigma[at]
 
 
 def _lagged_z(value: np.ndarray, level: np.ndarray, sigma: np.ndarray, lag: int) -> np.ndarray:

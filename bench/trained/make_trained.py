@@ -205,6 +205,11 @@ def window(start: int, end: int, factor: float) -> Callable[[int], float]:
     return lambda step: factor if start <= step < end else 1.0
 
 
+def from_step(start: int, factor: float) -> Callable[[int], float]:
+    """The LR multiplied by `factor` from `start` to the end (an edit or a bug that stays)."""
+    return window(start, math.inf, factor)
+
+
 def ramp(start: int, per_100: float) -> Callable[[int], float]:
     """The LR multiplied by `per_100` every 100 steps from `start` on, a little at each step
     (an exponential schedule whose factor was inverted)."""
@@ -221,15 +226,15 @@ PLANS = [
          "with everything restored (a clean resume: steps go back 233).", seed=14, crash_after=1733, resume_from=1500),
     Plan("charlm_fp16_lr_jump", "fp16 autocast with torch's GradScaler; from step 1200 the LR is 100x (a config "
          "edit): four overflow skips halve the scale, which then grows back, and the loss settles high.",
-         seed=15, fp16=True, lr_factor=lambda s: 100.0 if s >= 1200 else 1.0),
+         seed=15, fp16=True, lr_factor=from_step(1200, 100.0)),
     Plan("charlm_fp16_collapse", "fp16 autocast with torch's GradScaler, no gradient clipping; from step 900 the "
-         "LR is 300x: the loss turns NaN and the scale halves every step down to 0.", seed=16, fp16=True, clip=None, lr_factor=lambda s: 300.0 if s >= 900 else 1.0),
+         "LR is 300x: the loss turns NaN and the scale halves every step down to 0.", seed=16, fp16=True, clip=None, lr_factor=from_step(900, 300.0)),
     Plan("charlm_lr_burst_a", "LR x20 for steps 1000-1019.", seed=18, lr_factor=window(1000, 1020, 20.0)),
     Plan("charlm_lr_burst_b", "LR x15 for steps 1300-1329.", seed=19, lr_factor=window(1300, 1330, 15.0)),
     Plan("charlm_lr_jump_a", "LR x10 from step 1100 to the end (a schedule edit).", seed=20,
-         lr_factor=lambda s: 10.0 if s >= 1100 else 1.0),
+         lr_factor=from_step(1100, 10.0)),
     Plan("charlm_lr_jump_b", "LR x8 from step 1400 to the end, with evaluations every 100 steps.", seed=21,
-         eval_every=100, lr_factor=lambda s: 8.0 if s >= 1400 else 1.0),
+         eval_every=100, lr_factor=from_step(1400, 8.0)),
     Plan("charlm_bad_batch_a", "Corrupted batch at step 1200 (inputs reversed, random targets).", seed=22,
          corrupt=garbage({1200})),
     Plan("charlm_bad_batch_b", "Corrupted batches at steps 1500-1502, no gradient clipping.", seed=23, clip=None,
@@ -241,29 +246,29 @@ PLANS = [
     Plan("charlm_lr_zero", "A scheduler bug sets the LR to 0 from step 0: the model never leaves its initial loss.",
          seed=26, steps=1500, lr_factor=lambda s: 0.0),
     Plan("charlm_lr_frozen", "A scheduler bug sets the LR to 1e-9 of its value from step 600.", seed=27,
-         lr_factor=lambda s: 1e-9 if s >= 600 else 1.0),
+         lr_factor=from_step(600, 1e-9)),
     Plan("charlm_lr_tiny", "A scheduler bug multiplies the LR by 1e-8 from step 700: it still follows the "
-         "schedule, eight orders of magnitude down.", seed=29, lr_factor=lambda s: 1e-8 if s >= 700 else 1.0),
+         "schedule, eight orders of magnitude down.", seed=29, lr_factor=from_step(700, 1e-8)),
     Plan("charlm_fp16_collapse_b", "fp16 autocast with torch's GradScaler, no gradient clipping; from step 1100 "
-         "the LR is 200x.", seed=30, fp16=True, clip=None, lr_factor=lambda s: 200.0 if s >= 1100 else 1.0),
+         "the LR is 200x.", seed=30, fp16=True, clip=None, lr_factor=from_step(1100, 200.0)),
     Plan("charlm_fp16_clean", "Clean fp16 run (torch's GradScaler), evaluated every 50 steps.", seed=31, fp16=True,
          eval_every=50),
     Plan("charlm_lr_units_bug", "No gradient clipping, fp32; from step 800 the LR is 1000x (a units bug): the loss "
          "jumps to thousands, then settles at 3.2 for good (the model is wrecked).", seed=28, clip=None,
-         lr_factor=lambda s: 1000.0 if s >= 800 else 1.0),
+         lr_factor=from_step(800, 1000.0)),
     # A second batch (2026-12-03), all tuning: more of what the held-out part holds, on new seeds.
     Plan("charlm_clean_noclip", "Clean run without gradient clipping, evaluated every 100 steps.", seed=41,
          clip=None, eval_every=100),
     Plan("charlm_clean_hot", "Clean run at twice the peak LR (6e-3), evaluated every 50 steps.", seed=42,
          peak_lr=6e-3, eval_every=50),
     Plan("charlm_lr_units_bug_c", "No gradient clipping; from step 1000 the LR is 300x.", seed=43, clip=None,
-         lr_factor=lambda s: 300.0 if s >= 1000 else 1.0),
+         lr_factor=from_step(1000, 300.0)),
     Plan("charlm_bad_batch_c", "Corrupted batch at step 700, no gradient clipping, evaluated every 100 steps.",
          seed=44, clip=None, eval_every=100, corrupt=garbage({700})),
     Plan("charlm_lr_jump_c", "LR x5 from step 1300 to the end, no gradient clipping, evaluated every 100 steps.",
-         seed=45, clip=None, eval_every=100, lr_factor=lambda s: 5.0 if s >= 1300 else 1.0),
+         seed=45, clip=None, eval_every=100, lr_factor=from_step(1300, 5.0)),
     Plan("charlm_fp16_collapse_c", "fp16 autocast with torch's GradScaler, no gradient clipping; from step 1000 "
-         "the LR is 100x.", seed=46, fp16=True, clip=None, lr_factor=lambda s: 100.0 if s >= 1000 else 1.0),
+         "the LR is 100x.", seed=46, fp16=True, clip=None, lr_factor=from_step(1000, 100.0)),
     Plan("charlm_lr_burst_c", "LR x30 for steps 1500-1509, no gradient clipping.", seed=47, clip=None,
          lr_factor=window(1500, 1510, 30.0)),
     Plan("charlm_resume_exact_c", "The process dies after step 1211; a new one resumes from the step-1000 "
@@ -286,7 +291,7 @@ PLANS = [
     Plan("charlm_sgdr_bad_batch", "SGDR restarting every 400 steps; corrupted batches at steps 1350-1352, no "
          "gradient clipping.", seed=63, restart_every=400, clip=None, corrupt=garbage({1350, 1351, 1352})),
     Plan("charlm_sgdr_lr_jump", "SGDR restarting every 500 steps; from step 1250 the LR is 10x (a schedule edit): "
-         "past its peak, then restarting at 10x.", seed=64, restart_every=500, lr_factor=lambda s: 10.0 if s >= 1250 else 1.0),
+         "past its peak, then restarting at 10x.", seed=64, restart_every=500, lr_factor=from_step(1250, 10.0)),
     # A fourth batch (2026-12-04): losses logged as Keras logs them per batch, the running mean of the epoch so far
     # (reset at each epoch's start), evaluated at each epoch's end.
     Plan("charlm_epoch_mean_a", "Clean run logged as Keras logs per batch: the running mean of 200-step epochs.",
@@ -294,7 +299,7 @@ PLANS = [
     Plan("charlm_epoch_mean_b", "Clean run logged as Keras logs per batch: the running mean of 150-step epochs, "
          "twice the peak LR (6e-3), no gradient clipping.", seed=72, epoch_steps=150, peak_lr=6e-3, clip=None),
     Plan("charlm_epoch_mean_lr_jump", "Logged as Keras logs per batch (running mean of 250-step epochs); from step "
-         "1100 the LR is 10x (a schedule edit).", seed=73, epoch_steps=250, lr_factor=lambda s: 10.0 if s >= 1100 else 1.0),
+         "1100 the LR is 10x (a schedule edit).", seed=73, epoch_steps=250, lr_factor=from_step(1100, 10.0)),
     # A sixth batch (2026-12-04): the loss logged as HF Trainer and PyTorch's word_language_model example log it,
     # the mean of the batches since the last log every 10-20 steps (coarse logs, where the public held-out
     # logs' misses lie), 3,000 steps; and twins of the two SGDR runs held out.
@@ -305,20 +310,20 @@ PLANS = [
          corrupt=garbage({1500, 1501, 1502})),
     Plan("charlm_interval_lr_jump", "LR x10 from step 1600 to the end; the loss logged every 20 steps as the mean "
          "since the last log, evaluated every 200 steps.", seed=83, steps=3000, log_every=20, eval_every=200,
-         lr_factor=lambda s: 10.0 if s >= 1600 else 1.0),
+         lr_factor=from_step(1600, 10.0)),
     Plan("charlm_interval_diverge", "No gradient clipping; from step 1400 the LR is 300x (a units bug); the loss "
          "logged every 20 steps as the mean since the last log, evaluated every 200 steps.", seed=84, steps=3000,
-         log_every=20, eval_every=200, clip=None, lr_factor=lambda s: 300.0 if s >= 1400 else 1.0),
+         log_every=20, eval_every=200, clip=None, lr_factor=from_step(1400, 300.0)),
     Plan("charlm_interval_burst", "LR x20 for steps 1800-1829; the loss logged every 10 steps as the mean since "
          "the last log.", seed=85, steps=3000, log_every=10, lr_factor=window(1800, 1830, 20.0)),
     Plan("charlm_sgdr_lr_jump_c", "SGDR restarting every 400 steps; from step 1150 the LR is 8x (a schedule "
-         "edit).", seed=86, restart_every=400, lr_factor=lambda s: 8.0 if s >= 1150 else 1.0),
+         "edit).", seed=86, restart_every=400, lr_factor=from_step(1150, 8.0)),
     Plan("charlm_sgdr_hot_c", "Clean run on SGDR at twice the peak LR (6e-3), restarting every 350 steps, no "
          "gradient clipping.", seed=87, peak_lr=6e-3, restart_every=350, clip=None),
     # A seventh batch (2026-12-05), all held out: new seeds of the sudden events and clean runs, to measure
     # precision and recall on runs no detector was tuned on (labelled before any detector ran on them).
     Plan("charlm_lr_units_bug_d", "No gradient clipping; from step 900 the LR is 500x (a units bug).", seed=91,
-         clip=None, lr_factor=lambda s: 500.0 if s >= 900 else 1.0),
+         clip=None, lr_factor=from_step(900, 500.0)),
     Plan("charlm_lr_burst_e", "LR x25 for steps 1100-1114, no gradient clipping.", seed=92, clip=None,
          lr_factor=window(1100, 1115, 25.0)),
     Plan("charlm_bad_batch_e", "Corrupted batches at steps 800 and 1400, no gradient clipping, evaluated every "
@@ -327,7 +332,7 @@ PLANS = [
          clip=None, eval_every=100),
     Plan("charlm_clean_c", "Clean run, evaluated every 50 steps.", seed=95, eval_every=50),
     Plan("charlm_fp16_lr_jump_b", "fp16 autocast with torch's GradScaler; from step 1300 the LR is 50x (a config "
-         "edit).", seed=96, fp16=True, lr_factor=lambda s: 50.0 if s >= 1300 else 1.0),
+         "edit).", seed=96, fp16=True, lr_factor=from_step(1300, 50.0)),
     Plan("charlm_interval_burst_b", "LR x20 for steps 2100-2129, no gradient clipping; the loss logged every 20 "
          "steps as the mean since the last log.", seed=97, steps=3000, log_every=20, clip=None,
          lr_factor=window(2100, 2130, 20.0)),
@@ -337,7 +342,7 @@ PLANS = [
          "checkpoint with model and optimizer restored but the LR schedule restarted from 0 (warmup again).",
          seed=99, crash_after=1299, resume_from=1000, schedule_lost=True),
     Plan("charlm_lr_jump_d", "LR x6 from step 1200 to the end, evaluated every 100 steps.", seed=100,
-         eval_every=100, lr_factor=lambda s: 6.0 if s >= 1200 else 1.0),
+         eval_every=100, lr_factor=from_step(1200, 6.0)),
     # An eighth batch (2026-12-05), all held out: grad-norm explosions, sudden and gradual, and noisy grad norms
     # that are healthy, to measure precision on grad-norm explosions (labelled before any detector ran on them).
     Plan("charlm_clean_hot_noclip_f", "Clean run at twice the peak LR (6e-3) without gradient clipping, evaluated "
@@ -348,12 +353,12 @@ PLANS = [
          "schedule whose factor was inverted), evaluated every 100 steps.", seed=103, clip=None, eval_every=100,
          lr_factor=ramp(800, 2.0)),
     Plan("charlm_lr_units_bug_f", "No gradient clipping; from step 1250 the LR is 400x (a units bug).", seed=104,
-         clip=None, lr_factor=lambda s: 400.0 if s >= 1250 else 1.0),
+         clip=None, lr_factor=from_step(1250, 400.0)),
     Plan("charlm_bad_batch_f", "Corrupted batches at steps 950 and 1750, gradient clipping at 1.", seed=105,
          corrupt=garbage({950, 1750})),
     Plan("charlm_interval_lr_jump_f", "LR x10 from step 2000 to the end; the loss logged every 10 steps as the mean "
          "since the last log, evaluated every 200 steps.", seed=106, steps=3000, log_every=10, eval_every=200,
-         lr_factor=lambda s: 10.0 if s >= 2000 else 1.0),
+         lr_factor=from_step(2000, 10.0)),
     Plan("charlm_overfit_late_f", "Trained on 30,000 characters only, evaluated on GPL-3 every 100 steps.", seed=107,
          train_chars=30000, eval_every=100),
     Plan("charlm_lr_burst_f", "LR x15 for steps 1600-1629.", seed=108, lr_factor=window(1600, 1630, 15.0)),
@@ -394,11 +399,11 @@ PLANS = [
     Plan("charlm_bad_batch_clip_i", "Corrupted batches at steps 1000-1001, gradient clipping at 1, evaluated every 50 "
          "steps.", seed=134, eval_every=50, corrupt=garbage({1000, 1001})),
     Plan("charlm_lr_jump_i", "LR x7 from step 1500 to the end, evaluated every 100 steps.", seed=135, eval_every=100,
-         lr_factor=lambda s: 7.0 if s >= 1500 else 1.0),
+         lr_factor=from_step(1500, 7.0)),
     Plan("charlm_lr_units_bug_i", "No gradient clipping; from step 1100 the LR is 250x (a units bug).", seed=136,
-         clip=None, lr_factor=lambda s: 250.0 if s >= 1100 else 1.0),
+         clip=None, lr_factor=from_step(1100, 250.0)),
     Plan("charlm_fp16_collapse_i", "fp16 autocast with torch's GradScaler, no gradient clipping; from step 1300 the "
-         "LR is 150x.", seed=137, fp16=True, clip=None, lr_factor=lambda s: 150.0 if s >= 1300 else 1.0),
+         "LR is 150x.", seed=137, fp16=True, clip=None, lr_factor=from_step(1300, 150.0)),
     Plan("charlm_fp16_clean_i", "Clean fp16 run (torch's GradScaler), evaluated every 50 steps.", seed=138, fp16=True,
          eval_every=50),
     Plan("charlm_clean_hot_noclip_i", "Clean run at twice the peak LR (6e-3) without gradient clipping, evaluated "
@@ -422,7 +427,7 @@ PLANS = [
     Plan("charlm_resume_exact_i", "The process dies after step 1111; a new one resumes from the step-1000 checkpoint "
          "with everything restored (a clean resume: steps go back 111).", seed=147, crash_after=1111, resume_from=1000),
     Plan("charlm_lr_frozen_i", "A scheduler bug sets the LR to 1e-9 of its value from step 800.", seed=148,
-         lr_factor=lambda s: 1e-9 if s >= 800 else 1.0),
+         lr_factor=from_step(800, 1e-9)),
     Plan("charlm_sgdr_hot_i", "Clean run on SGDR at twice the peak LR (6e-3), restarting every 400 steps, no "
          "gradient clipping, evaluated every 100 steps.", seed=149, peak_lr=6e-3, restart_every=400, clip=None,
          eval_every=100),
@@ -441,16 +446,16 @@ PLANS = [
          "logged every 10 steps as the mean since the last log.", seed=154, steps=3000, log_every=10, clip=None,
          corrupt=garbage({1500})),
     Plan("charlm_lr_jump_j", "LR x5 from step 1200 to the end, no gradient clipping, evaluated every 50 steps.",
-         seed=155, clip=None, eval_every=50, lr_factor=lambda s: 5.0 if s >= 1200 else 1.0),
+         seed=155, clip=None, eval_every=50, lr_factor=from_step(1200, 5.0)),
     Plan("charlm_lr_jump_interval_j", "LR x8 from step 1800 to the end, 3,000 steps; the loss logged every 20 steps "
          "as the mean since the last log, evaluated every 200 steps.", seed=156, steps=3000, log_every=20,
-         eval_every=200, lr_factor=lambda s: 8.0 if s >= 1800 else 1.0),
+         eval_every=200, lr_factor=from_step(1800, 8.0)),
     Plan("charlm_lr_units_bug_j", "Gradient clipping at 1; from step 1400 the LR is 300x (a units bug).", seed=157,
-         lr_factor=lambda s: 300.0 if s >= 1400 else 1.0),
+         lr_factor=from_step(1400, 300.0)),
     Plan("charlm_fp16_collapse_j", "fp16 autocast with torch's GradScaler, no gradient clipping; from step 1000 the "
-         "LR is 100x.", seed=158, fp16=True, clip=None, lr_factor=lambda s: 100.0 if s >= 1000 else 1.0),
+         "LR is 100x.", seed=158, fp16=True, clip=None, lr_factor=from_step(1000, 100.0)),
     Plan("charlm_fp16_lr_jump_j", "fp16 autocast with torch's GradScaler, gradient clipping at 1; from step 1500 the "
-         "LR is 10x.", seed=159, fp16=True, lr_factor=lambda s: 10.0 if s >= 1500 else 1.0),
+         "LR is 10x.", seed=159, fp16=True, lr_factor=from_step(1500, 10.0)),
     Plan("charlm_lr_ramp_j", "Gradient clipping at 1; from step 1000 the LR grows 1.5x every 100 steps, evaluated "
          "every 50 steps.", seed=160, eval_every=50, lr_factor=ramp(1000, 1.5)),
     Plan("charlm_lr_ramp_interval_j", "No gradient clipping; from step 1300 the LR grows 1.7x every 100 steps, 3,000 "
@@ -465,7 +470,7 @@ PLANS = [
          "checkpoint with model and optimizer restored but the LR schedule restarted from 0 (warmup again).",
          seed=164, crash_after=1299, resume_from=1000, schedule_lost=True),
     Plan("charlm_lr_frozen_j", "A scheduler bug sets the LR to 1e-9 of its value from step 1200.", seed=165,
-         lr_factor=lambda s: 1e-9 if s >= 1200 else 1.0),
+         lr_factor=from_step(1200, 1e-9)),
     Plan("charlm_clean_j", "Clean run, evaluated every 50 steps.", seed=166, eval_every=50),
     Plan("charlm_clean_interval_j", "Clean run, 3,000 steps; the loss logged every 20 steps as the mean since the "
          "last log, evaluated every 200 steps.", seed=167, steps=3000, log_every=20, eval_every=200),
@@ -474,7 +479,7 @@ PLANS = [
     Plan("charlm_sgdr_j", "Clean run on SGDR, restarting every 500 steps, gradient clipping at 1, evaluated every "
          "100 steps.", seed=169, restart_every=500, eval_every=100),
     Plan("charlm_epoch_mean_lr_jump_j", "Logged as Keras logs per batch (the running mean of 250-step epochs); the LR "
-         "x8 from step 1300 to the end.", seed=170, epoch_steps=250, lr_factor=lambda s: 8.0 if s >= 1300 else 1.0),
+         "x8 from step 1300 to the end.", seed=170, epoch_steps=250, lr_factor=from_step(1300, 8.0)),
     # A thirteenth batch (2026-12-05), all held out, so that the twelfth's misses could be read: more slow
     # divergences and grad norms under clipping, where each held-out batch had held only a few of them.
     Plan("charlm_lr_ramp_k", "Gradient clipping at 1; from step 1100 the LR grows 1.3x every 100 steps, evaluated "
@@ -486,9 +491,9 @@ PLANS = [
          "steps; the loss logged every 20 steps as the mean since the last log.", seed=173, steps=3000, log_every=20,
          lr_factor=ramp(900, 2.0)),
     Plan("charlm_lr_jump_k", "LR x6 from step 1300 to the end, no gradient clipping.", seed=174, clip=None,
-         lr_factor=lambda s: 6.0 if s >= 1300 else 1.0),
+         lr_factor=from_step(1300, 6.0)),
     Plan("charlm_lr_jump_interval_k", "LR x10 from step 2000 to the end, 3,000 steps; the loss logged every 10 steps "
-         "as the mean since the last log.", seed=175, steps=3000, log_every=10, lr_factor=lambda s: 10.0 if s >= 2000 else 1.0),
+         "as the mean since the last log.", seed=175, steps=3000, log_every=10, lr_factor=from_step(2000, 10.0)),
     Plan("charlm_lr_burst_k", "LR x25 for steps 1100-1109, no gradient clipping.", seed=176, clip=None,
          lr_factor=window(1100, 1110, 25.0)),
     Plan("charlm_bad_batch_k", "Corrupted batches at steps 700, 1300 and 1800, gradient clipping at 0.5.", seed=177,
@@ -497,7 +502,7 @@ PLANS = [
          "logged every 20 steps as the mean since the last log.", seed=178, steps=3000, log_every=20, clip=None,
          corrupt=garbage({1200})),
     Plan("charlm_fp16_collapse_k", "fp16 autocast with torch's GradScaler, no gradient clipping; from step 1200 the "
-         "LR is 50x.", seed=179, fp16=True, clip=None, lr_factor=lambda s: 50.0 if s >= 1200 else 1.0),
+         "LR is 50x.", seed=179, fp16=True, clip=None, lr_factor=from_step(1200, 50.0)),
     Plan("charlm_fp16_clean_k", "Clean run, fp16 autocast with torch's GradScaler, gradient clipping at 1.", seed=180,
          fp16=True),
     Plan("charlm_overfit_k", "Trained on 15,000 characters only, 2,500 steps, evaluated on GPL-3 every 100 steps.",
@@ -513,7 +518,7 @@ PLANS = [
          schedule_lost=True),
     Plan("charlm_lr_frozen_k", "A scheduler bug sets the LR to 1e-9 of its value from step 1000, 3,000 steps; the "
          "loss logged every 20 steps as the mean since the last log.", seed=185, steps=3000, log_every=20,
-         lr_factor=lambda s: 1e-9 if s >= 1000 else 1.0),
+         lr_factor=from_step(1000, 1e-9)),
     Plan("charlm_clean_k", "Clean run, evaluated every 25 steps.", seed=186, eval_every=25),
     Plan("charlm_clean_interval_k", "Clean run, 3,000 steps; the loss logged every 10 steps as the mean since the "
          "last log, evaluated every 100 steps.", seed=187, steps=3000, log_every=10, eval_every=100),
@@ -535,12 +540,12 @@ PLANS = [
          "loss logged every 10 steps as the mean since the last log.", seed=193, steps=2500, log_every=10, clip=None,
          lr_factor=ramp(1000, 2.0)),
     Plan("charlm_lr_units_bug_l", "No gradient clipping; from step 1300 the LR is 1000x (a units bug).", seed=194,
-         clip=None, lr_factor=lambda s: 1000.0 if s >= 1300 else 1.0),
+         clip=None, lr_factor=from_step(1300, 1000.0)),
     Plan("charlm_lr_jump_l", "LR x4 from step 1100 to the end, gradient clipping at 1, evaluated every 50 steps.",
-         seed=195, eval_every=50, lr_factor=lambda s: 4.0 if s >= 1100 else 1.0),
+         seed=195, eval_every=50, lr_factor=from_step(1100, 4.0)),
     Plan("charlm_lr_jump_interval_l", "LR x12 from step 1700 to the end, no gradient clipping, 3,000 steps; the loss "
          "logged every 20 steps as the mean since the last log.", seed=196, steps=3000, log_every=20, clip=None,
-         lr_factor=lambda s: 12.0 if s >= 1700 else 1.0),
+         lr_factor=from_step(1700, 12.0)),
     Plan("charlm_lr_burst_l", "LR x30 for steps 1300-1304, gradient clipping at 1.", seed=197,
          lr_factor=window(1300, 1305, 30.0)),
     Plan("charlm_lr_burst_interval_l", "LR x15 for steps 1500-1539, gradient clipping at 1, 3,000 steps; the loss "
@@ -552,9 +557,9 @@ PLANS = [
          "the loss logged every 10 steps as the mean since the last log.", seed=200, steps=3000, log_every=10,
          corrupt=garbage({1000, 2200})),
     Plan("charlm_fp16_collapse_l", "fp16 autocast with torch's GradScaler, no gradient clipping; from step 1100 the "
-         "LR is 200x.", seed=201, fp16=True, clip=None, lr_factor=lambda s: 200.0 if s >= 1100 else 1.0),
+         "LR is 200x.", seed=201, fp16=True, clip=None, lr_factor=from_step(1100, 200.0)),
     Plan("charlm_fp16_lr_jump_l", "fp16 autocast with torch's GradScaler, no gradient clipping; from step 1400 the "
-         "LR is 8x.", seed=202, fp16=True, clip=None, lr_factor=lambda s: 8.0 if s >= 1400 else 1.0),
+         "LR is 8x.", seed=202, fp16=True, clip=None, lr_factor=from_step(1400, 8.0)),
     Plan("charlm_overfit_l", "Trained on 10,000 characters only, evaluated on GPL-3 every 100 steps.", seed=203,
          train_chars=10000, eval_every=100),
     Plan("charlm_overfit_interval_l", "Trained on 20,000 characters only, 3,000 steps; the loss logged every 10 steps "
@@ -564,7 +569,7 @@ PLANS = [
          "checkpoint with the LR schedule restarted from 0.", seed=205, crash_after=1199, resume_from=1000,
          schedule_lost=True),
     Plan("charlm_lr_frozen_l", "A scheduler bug sets the LR to 1e-9 of its value from step 900, evaluated every 100 "
-         "steps.", seed=206, eval_every=100, lr_factor=lambda s: 1e-9 if s >= 900 else 1.0),
+         "steps.", seed=206, eval_every=100, lr_factor=from_step(900, 1e-9)),
     Plan("charlm_clean_l", "Clean run, 3,000 steps, evaluated every 100 steps.", seed=207, steps=3000, eval_every=100),
     Plan("charlm_clean_interval_l", "Clean run at 2x the peak LR (6e-3) without gradient clipping, 3,000 steps; the "
          "loss logged every 20 steps as the mean since the last log.", seed=208, steps=3000, log_every=20,
@@ -582,12 +587,12 @@ PLANS = [
          clip=None, lr_factor=ramp(1000, 1.4)),
     Plan("charlm_lr_units_bug_m", "Gradient clipping at 1; from step 1600 the LR is 200x, 2,500 steps; the loss logged "
          "every 20 steps as the mean since the last log.", seed=213, steps=2500, log_every=20,
-         lr_factor=lambda s: 200.0 if s >= 1600 else 1.0),
+         lr_factor=from_step(1600, 200.0)),
     Plan("charlm_lr_jump_m", "LR x7 from step 900 to the end, no gradient clipping, evaluated every 100 steps.",
-         seed=214, clip=None, eval_every=100, lr_factor=lambda s: 7.0 if s >= 900 else 1.0),
+         seed=214, clip=None, eval_every=100, lr_factor=from_step(900, 7.0)),
     Plan("charlm_lr_jump_interval_m", "LR x6 from step 1500 to the end, gradient clipping at 1, 3,000 steps; the loss "
          "logged every 10 steps as the mean since the last log.", seed=215, steps=3000, log_every=10,
-         lr_factor=lambda s: 6.0 if s >= 1500 else 1.0),
+         lr_factor=from_step(1500, 6.0)),
     Plan("charlm_lr_burst_m", "LR x20 for steps 1200-1219, no gradient clipping, evaluated every 50 steps.", seed=216,
          clip=None, eval_every=50, lr_factor=window(1200, 1220, 20.0)),
     Plan("charlm_lr_burst_interval_m", "LR x25 for steps 1800-1829, no gradient clipping, 3,000 steps; the loss logged "
@@ -599,9 +604,9 @@ PLANS = [
          "logged every 20 steps as the mean since the last log.", seed=219, steps=3000, log_every=20, clip=None,
          corrupt=garbage({1900})),
     Plan("charlm_fp16_collapse_m", "fp16 autocast with torch's GradScaler, gradient clipping at 1; from step 1300 the "
-         "LR is 300x.", seed=220, fp16=True, lr_factor=lambda s: 300.0 if s >= 1300 else 1.0),
+         "LR is 300x.", seed=220, fp16=True, lr_factor=from_step(1300, 300.0)),
     Plan("charlm_fp16_lr_jump_m", "fp16 autocast with torch's GradScaler, no gradient clipping; from step 1200 the "
-         "LR is 12x.", seed=221, fp16=True, clip=None, lr_factor=lambda s: 12.0 if s >= 1200 else 1.0),
+         "LR is 12x.", seed=221, fp16=True, clip=None, lr_factor=from_step(1200, 12.0)),
     Plan("charlm_overfit_m", "Trained on 6,000 characters only, evaluated on GPL-3 every 50 steps.", seed=222,
          train_chars=6000, eval_every=50),
     Plan("charlm_overfit_interval_m", "Trained on 25,000 characters only, 3,000 steps; the loss logged every 20 steps "
@@ -615,7 +620,7 @@ PLANS = [
          schedule_lost=True),
     Plan("charlm_lr_frozen_m", "A scheduler bug sets the LR to 1e-9 of its value from step 1100, 3,000 steps; the "
          "loss logged every 10 steps as the mean since the last log.", seed=226, steps=3000, log_every=10,
-         lr_factor=lambda s: 1e-9 if s >= 1100 else 1.0),
+         lr_factor=from_step(1100, 1e-9)),
     Plan("charlm_clean_m", "Clean run without gradient clipping, evaluated every 50 steps.", seed=227, clip=None,
          eval_every=50),
     Plan("charlm_clean_interval_m", "Clean run, 3,000 steps; the loss logged every 10 steps as the mean since the "
@@ -623,7 +628,7 @@ PLANS = [
     Plan("charlm_sgdr_m", "Clean run on SGDR at 1.5x the peak LR (4.5e-3), restarting every 400 steps, gradient "
          "clipping at 1, evaluated every 100 steps.", seed=229, peak_lr=4.5e-3, restart_every=400, eval_every=100),
     Plan("charlm_epoch_mean_lr_jump_m", "Logged as Keras logs per batch (the running mean of 200-step epochs); the LR "
-         "x6 from step 1100 to the end.", seed=230, epoch_steps=200, lr_factor=lambda s: 6.0 if s >= 1100 else 1.0),
+         "x6 from step 1100 to the end.", seed=230, epoch_steps=200, lr_factor=from_step(1100, 6.0)),
 ]
 
 
