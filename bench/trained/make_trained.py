@@ -629,6 +629,59 @@ PLANS = [
          "clipping at 1, evaluated every 100 steps.", seed=229, peak_lr=4.5e-3, restart_every=400, eval_every=100),
     Plan("charlm_epoch_mean_lr_jump_m", "Logged as Keras logs per batch (the running mean of 200-step epochs); the LR "
          "x6 from step 1100 to the end.", seed=230, epoch_steps=200, lr_factor=from_step(1100, 6.0)),
+    # A sixteenth batch (2026-12-05), all held out, so that the fifteenth's misses could be read: every kind
+    # again on new seeds and settings.
+    Plan("charlm_lr_ramp_n", "Gradient clipping at 1; from step 1000 the LR grows 1.5x every 100 steps, evaluated "
+         "every 50 steps.", seed=231, eval_every=50, lr_factor=ramp(1000, 1.5)),
+    Plan("charlm_lr_ramp_interval_n", "No gradient clipping; from step 1300 the LR grows 1.6x every 100 steps, 3,000 "
+         "steps; the loss logged every 20 steps as the mean since the last log.", seed=232, steps=3000, log_every=20,
+         clip=None, lr_factor=ramp(1300, 1.6)),
+    Plan("charlm_lr_units_bug_n", "No gradient clipping; from step 1400 the LR is 100x, 2,500 steps; the loss logged "
+         "every 10 steps as the mean since the last log.", seed=233, steps=2500, log_every=10, clip=None,
+         lr_factor=from_step(1400, 100.0)),
+    Plan("charlm_lr_jump_n", "LR x8 from step 1100 to the end, gradient clipping at 1, evaluated every 100 steps.",
+         seed=234, eval_every=100, lr_factor=from_step(1100, 8.0)),
+    Plan("charlm_lr_jump_interval_n", "LR x5 from step 1700 to the end, no gradient clipping, 3,000 steps; the loss "
+         "logged every 20 steps as the mean since the last log, evaluated every 200 steps.", seed=235, steps=3000,
+         log_every=20, eval_every=200, clip=None, lr_factor=from_step(1700, 5.0)),
+    Plan("charlm_lr_burst_n", "LR x15 for steps 1000-1014, no gradient clipping, evaluated every 100 steps.",
+         seed=236, clip=None, eval_every=100, lr_factor=window(1000, 1015, 15.0)),
+    Plan("charlm_lr_burst_interval_n", "LR x30 for steps 2000-2019, no gradient clipping, 3,000 steps; the loss "
+         "logged every 10 steps as the mean since the last log.", seed=237, steps=3000, log_every=10, clip=None,
+         lr_factor=window(2000, 2020, 30.0)),
+    Plan("charlm_bad_batch_n", "Corrupted batches at steps 700 and 1300, no gradient clipping, evaluated every 50 "
+         "steps.", seed=238, clip=None, eval_every=50, corrupt=garbage({700, 1300})),
+    Plan("charlm_bad_batch_interval_n", "Corrupted batches at steps 1500 and 2200, gradient clipping at 1, 3,000 "
+         "steps; the loss logged every 10 steps as the mean since the last log.", seed=239, steps=3000,
+         log_every=10, corrupt=garbage({1500, 2200})),
+    Plan("charlm_fp16_collapse_n", "fp16 autocast with torch's GradScaler, no gradient clipping; from step 1500 the "
+         "LR is 200x.", seed=240, fp16=True, clip=None, lr_factor=from_step(1500, 200.0)),
+    Plan("charlm_fp16_clean_n", "Clean run, fp16 autocast with torch's GradScaler, gradient clipping at 1, evaluated "
+         "every 100 steps.", seed=241, fp16=True, eval_every=100),
+    Plan("charlm_overfit_n", "Trained on 8,000 characters only, evaluated on GPL-3 every 100 steps.", seed=242,
+         train_chars=8000, eval_every=100),
+    Plan("charlm_overfit_interval_n", "Trained on 15,000 characters only, 3,000 steps; the loss logged every 10 "
+         "steps as the mean since the last log, evaluated on GPL-3 every 100 steps.", seed=243, steps=3000,
+         log_every=10, train_chars=15000, eval_every=100),
+    Plan("charlm_resume_exact_n", "The process dies after step 1444; a new one resumes from the step-1000 checkpoint "
+         "with everything restored, evaluated every 50 steps.", seed=244, crash_after=1444, resume_from=1000,
+         eval_every=50),
+    Plan("charlm_resume_schedule_lost_n", "The process dies after step 1250; a new one resumes from the step-1000 "
+         "checkpoint with the LR schedule restarted from 0, 2,500 steps; the loss logged every 10 steps as the mean "
+         "since the last log.", seed=245, steps=2500, log_every=10, crash_after=1250, resume_from=1000,
+         schedule_lost=True),
+    Plan("charlm_lr_frozen_n", "A scheduler bug sets the LR to 1e-9 of its value from step 800, evaluated every 100 "
+         "steps.", seed=246, eval_every=100, lr_factor=from_step(800, 1e-9)),
+    Plan("charlm_clean_n", "Clean run at a peak LR of 4e-3, 2,500 steps, evaluated every 100 steps.", seed=247,
+         steps=2500, peak_lr=4e-3, eval_every=100),
+    Plan("charlm_clean_interval_n", "Clean run without gradient clipping, 3,000 steps; the loss logged every 20 "
+         "steps as the mean since the last log, evaluated every 200 steps.", seed=248, steps=3000, log_every=20,
+         clip=None, eval_every=200),
+    Plan("charlm_sgdr_n", "Clean run on SGDR restarting every 300 steps, no gradient clipping, 2,500 steps; the loss "
+         "logged every 10 steps as the mean since the last log.", seed=249, steps=2500, restart_every=300,
+         clip=None, log_every=10),
+    Plan("charlm_epoch_mean_lr_ramp_n", "Logged as Keras logs per batch (the running mean of 150-step epochs); from "
+         "step 1200 the LR grows 1.5x every 100 steps.", seed=250, epoch_steps=150, lr_factor=ramp(1200, 1.5)),
 ]
 
 
