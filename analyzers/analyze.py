@@ -16,6 +16,7 @@ from analyzers.incidents import (
     join_explosions,
     overfitting_tells,
     rise_after_warm_restart,
+    spike_tells_eval_rise,
     told_by_loss_nan,
     unfelt,
 )
@@ -90,6 +91,7 @@ def _trends(
         twin = train_counterpart(series.tag, {s.tag: len(s.fstep) for s in train})
         counterpart = next((s for s in train if s.tag == twin), None)
         judged = [judge(r, series, counterpart, config.overfitting) for r in EvalRiseDetector(config.overfitting).detect(series)]
+        judged = [f for f in judged if not spike_tells_eval_rise(f, spikes)]
         found += [f for f in judged if not rise_after_warm_restart(f, lr_restarts, int(series.step[-1]))]
         found += [f for f in InitialLevelDetector(p, evaluations=True).detect(series) if not warming_up(lr, f)]
     return found

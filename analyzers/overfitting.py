@@ -107,6 +107,7 @@ class EvalRiseState(StreamState):
     first: float  # the first evaluation
     best: float  # the best so far (since the last rise closed), and where
     best_step: int
+    after_best: int  # the step of the first evaluation after the best (-1 before one comes)
     recent: np.ndarray  # the last `patience` evaluations, and their steps
     recent_step: np.ndarray
     streak: int  # evaluations in a row above the margin
@@ -127,7 +128,7 @@ _AHEAD = 1024  # evaluations looked at a time for the next event
 class _Rise:
     """An eval rise's state, changed in place while a feed walks its evaluations."""
 
-    NAMES = ("best", "best_step", "streak", "held", "open", "evals", "pool", "gate", "worst", "worst_step")
+    NAMES = ("best", "best_step", "after_best", "streak", "held", "open", "evals", "pool", "gate", "worst", "worst_step")
 
     def __init__(self, s: EvalRiseState) -> None:
         for k in self.NAMES:
@@ -148,7 +149,7 @@ class EvalRiseDetector:
     def start(self) -> EvalRiseState:
         nan = math.nan
         none = np.zeros(0, np.int64)
-        return EvalRiseState(empty_blocks(), nan, math.inf, -1, np.zeros(0), none, 0, 0, False, 0, 0, nan, nan, -1, nan, -1)
+        return EvalRiseState(empty_blocks(), nan, math.inf, -1, -1, np.zeros(0), none, 0, 0, False, 0, 0, nan, nan, -1, nan, -1)
 
     def detect(self, series: Series) -> list[Finding]:
         return detect_at_once(self, series.step, series.value, series.tag)
@@ -234,8 +235,10 @@ class EvalRiseDetector:
             if len(better):
                 last = j + int(better[-1])
                 x.best, x.best_step, x.evals = float(v[last]), int(at[last]), j + k - 1 - last
+                x.after_best = int(at[last + 1]) if last + 1 < j + k else -1
             else:
                 x.evals += k
+                x.after_best = int(at[j]) if x.after_best < 0 else x.after_best
             x.pool += k
             self._remember(x, v[j : j + k], at[j : j + k])
         if k < end - j:
@@ -267,8 +270,8 @@ class EvalRiseDetector:
         # on a dense series the evaluation back is the first of thousands of noisy ones to
         # come below the line, no fresh best of one: the count goes on
         pool = x.pool if x.pool > self.config.dense_pool else 1
-        x.open, x.evals, x.pool, x.streak, x.held, x.best, x.best_step, x.worst, x.worst_step = (
-            False, 0, pool, 0, 0, float(v[i]), int(at[i]), math.nan, -1
+        x.open, x.evals, x.pool, x.streak, x.held, x.best, x.best_step, x.after_best, x.worst, x.worst_step = (
+            False, 0, pool, 0, 0, float(v[i]), int(at[i]), -1, math.nan, -1
         )
         x.gate = math.nan
         return i + 1
@@ -284,8 +287,9 @@ class EvalRiseDetector:
         x.evals += 1
         x.pool += 1
         if v < x.best:
-            x.best, x.best_step, x.streak, x.held, x.evals = v, at, 0, 0, 0
+            x.best, x.best_step, x.after_best, x.streak, x.held, x.evals = v, at, -1, 0, 0, 0
             return
+        x.after_best = at if x.after_best < 0 else x.after_best
         known = math.isfinite(x.best)
         margin = float(self._margin(x.best, sigma, x.pool)) if known else math.inf
         low = float(self._held_margin(x.best, sigma, x.pool)) if known else math.inf
@@ -327,7 +331,7 @@ class EvalRiseDetector:
             message="",  # said by `judge`, which knows the train loss
             remediation="",
             evidence={
-                "best_step": s.best_step, "best": s.best, "now": s.now, "now_step": s.now_step, "worst": s.worst,
+                "best_step": s.best_step, "after_best": s.after_best, "best": s.best, "now": s.now, "now_step": s.now_step, "worst": s.worst,
                 "rise": rise, "evaluations": s.evals, "first": s.first, "lowest_of": s.pool - s.evals,
             },
         )

@@ -54,6 +54,7 @@ from analyzers.incidents import (
     join_explosions,
     overfitting_tells,
     rise_after_warm_restart,
+    spike_tells_eval_rise,
     told_by_loss_nan,
     unfelt,
 )
@@ -105,8 +106,8 @@ class StateOutdated(Exception):
 
 
 # Raise when any detector's state changes shape (or the way it is packed at rest).
-STATE_FORMAT = 16
-READ_FORMATS = (16,)  # 16: a divergence keeps where its trend first stood 20% up
+STATE_FORMAT = 17
+READ_FORMATS = (17,)  # 17: an eval rise keeps the step of the first evaluation after its best
 
 
 # -- the state --------------------------------------------------------------------------
@@ -719,6 +720,8 @@ def _trends(
         if rises:
             twin = train_counterpart(tag, {t: state.tags[t].finite for t in by_role[Role.LOSS]})
             judged = [judge(r, series[tag], series[twin] if twin else None, config.overfitting) for r in rises]
+            past = [_past_spike(tag, *spike) for spike in state.past_spikes.get(tag, [])]
+            judged = [f for f in judged if not spike_tells_eval_rise(f, past + spikes)]
             found += [f for f in judged if not rise_after_warm_restart(f, lr_restarts, state.tags[tag].last_step)]
         found += [f for t, f in _group(state, "initial") if t == tag and not _warming_up(series, lr_tags, f)]
     return found

@@ -290,3 +290,17 @@ def test_a_slow_spike_forgotten_before_the_rise_it_made_ends_still_explains_it(s
     state, found, _ = stream(writes, (), shares, tail=256)
     assert [(f.kind.value, f.start_step, f.classification) for f in found] == [("loss_spike", 1300, SpikeClass.SLOW_RECOVERING)]
     assert state.past_spikes["train/loss"] == [(1300, False, found[0].end_step)]
+
+
+@pytest.mark.parametrize("shares", [[], [0.62], [0.6, 0.61, 0.8]])
+def test_an_eval_loss_that_jumped_at_the_evaluation_after_its_best_is_told_once_in_any_split(shares):
+    """charlm_lr_burst_m (bench/labels trained, retired): an LR x20 burst doubled the eval
+    loss at the evaluation after its best and it never came back.  Its divergent spike tells
+    it; the rise past the best it made is not told again as a divergence (analyzers/
+    incidents.py `spike_tells_eval_rise`), in one pass or fed in pieces."""
+    [run] = read_path(str(REPO / "bench" / "trained" / "runs" / "charlm_lr_burst_m")).runs.values()
+    writes = tag_writes(run)
+    batch = _batch(writes, ())
+    assert [(f[0], f[1], f[8]) for f in batch[0] if f[2] == "eval/loss"] == [(1249, "loss_spike", SpikeClass.DIVERGENT)]
+    state, found, open_ = stream(writes, (), shares)
+    assert (_norm(found), run_health(state, open_).to_dict()) == batch
