@@ -136,8 +136,9 @@ at 87.  How long that took, in training steps, classifies it:
 * slow_recovering: back later.  IDEFICS-80B took ~200 steps, a 13B run ~500.
 * divergent: not back within the slow horizon (max(`slow_steps`, `slow_points` points,
   `slow_share` of the run's age at the onset)), settled higher (no progress back over
-  `settle_steps` / `settle_points`: the 104B run, 14 -> 7 and flat), still rising, or
-  turned non-finite.  This is a live call: if the loss comes back within the watch
+  `settle_steps` / `settle_points`: the 104B run, 14 -> 7 and flat), still rising, blown
+  up (every median of `settle_points` points since its onset `far_rise` over its level,
+  past the fast horizon: `_blown_up`), or turned non-finite.  This is a live call: if the loss comes back within the watch
   horizon (max(`watch_steps`, `watch_points` points, `watch_share` of the run's age)) the
   spike becomes slow_recovering, so over a finished curve the class is the outcome (the
   word-LM GRU logged every 200 batches, `ext2_wordlm_gru_b`, was back ~30 points after its
@@ -921,12 +922,13 @@ class LossSpikeDetector:
         the older half's (still rising), or has come down too little to be back by the slow
         horizon at that pace (settled); with the window position of that point and the
         newer half's median there."""
+        blown = self._blown_up(spike, w, first, last)
         s, v = w.step, w.value
         half = max(spike.settle // 2, 1)
         o = w.at(spike.onset)
         at = np.arange(max(first, o + 2 * half), last + 1)  # both halves after the onset
         if not len(at):
-            return "", -1, math.nan
+            return blown
         lo = at[0] - 2 * half + 1
         medians = bn.move_median(v[lo : last + 1], half)  # medians[k]: v[lo + k - half + 1 : lo + k + 1]
         later, earlier = medians[at - lo], medians[at - lo - half]
@@ -937,11 +939,39 @@ class LossSpikeDetector:
         rising = (remaining > 0) & (progress < -noise)
         settled = (remaining > 0) & (progress + noise < remaining * (half * spike.interval) / left)
         hits = np.flatnonzero(rising | settled)
-        if not len(hits):
-            return "", -1, math.nan
+        if not len(hits) or 0 <= blown[1] <= at[hits[0]]:
+            return blown
         k = int(hits[0])
         why = "still rising" if rising[k] else f"settled at {later[k]:.4g}, above the {spike.band:.4g} it left"
         return why, int(at[k]), float(later[k])
+
+    def _blown_up(self, spike: Followed, w: _Window, first: int, last: int) -> tuple[str, int, float]:
+        """Blown up, at the first new point where it shows, or "": the median of every
+        `settle_points` points in a row since its onset still `far_rise` (2x) over the level,
+        past the fast horizon and before the `settle` points the calls above compare are
+        known.  Those compare medians of half the `settle_steps` (300) steps, so a loss 300x
+        up for the last 160 steps of its run (`charlm_lr_ramp_f`, bench/labels trained,
+        retired), or 54x and then 1.8x for 310 steps logged every 10
+        (`charlm_lr_ramp_interval_m`), was left pending.  Every median since the onset: a
+        +24% step of a climbing loss blown up 280 steps later (`charlm_lr_ramp_clip_g`) was
+        not blown up itself, and the blow-up is a spike of its own.  A live call, taken back
+        as the others are if the loss comes back within the watch horizon."""
+        c = self.config
+        n = c.settle_points
+        o = w.at(spike.onset)
+        a, b = o + n - 1, min(last, o + spike.settle)
+        if b < max(a, first):
+            return "", -1, math.nan
+        medians = bn.move_median(w.value[o : b + 1], n)[n - 1 :]  # at positions a..b
+        line = spike.level + c.far_rise * abs(spike.level)
+        up = np.logical_and.accumulate(medians >= line)
+        at = np.arange(a, b + 1)
+        hits = np.flatnonzero(up & (at >= first) & (w.step[at] - spike.onset_step >= spike.fast))
+        if not len(hits):
+            return "", -1, math.nan
+        k = int(hits[0])
+        why = f"blown up, its last {n} points at {medians[k]:.4g}, over {1 + c.far_rise:g}x the {spike.level:.4g} it left"
+        return why, int(at[k]), float(medians[k])
 
     # -- findings ------------------------------------------------------------------------
 

@@ -365,7 +365,9 @@ def test_a_loss_that_jumped_2x_and_stayed_is_critical_at_once_then_divergent():
     assert (late.classification, late.severity, late.ongoing) == (SpikeClass.DIVERGENT, Severity.CRITICAL, True)
     assert late.message == (
         "train/loss spiked at step 2000: 2.211 -> 6.796 (3.1x baseline) and did not recover: "
-        "settled at 6.59, above the 2.321 it left (divergent)")
+        "blown up, its last 10 points at 6.584, over 2x the 2.211 it left (divergent)")
+    # called at the fast horizon (100 steps: the feed that brought step 2100), not after the settle window (300)
+    assert [feeds[i][1][0].classification for i in (2097, 2100)] == [SpikeClass.PENDING, SpikeClass.DIVERGENT]
 
 
 def test_a_one_point_spike_back_at_the_next_point_is_only_reported_as_fast():
@@ -715,3 +717,37 @@ def test_a_smooth_loss_turning_from_its_fall_to_climb_is_no_spike():
     assert [f.start_step for f in LossSpikeDetector().detect(loss)] == [1739, 2799]
     [divergence] = [f for f in analyze_run(prepare_run(tag_writes(run))) if f.kind is Kind.DIVERGENCE]
     assert divergence.start_step == 1059
+
+
+def _blown(at: int, back: int | None, n: int = 2000) -> np.ndarray:
+    """A loss of 5% noise around 2.0 blown up 300x at `at`, back at `back` (or never)."""
+    v = 2.0 * (1 + 0.05 * np.random.default_rng(5).standard_normal(n))
+    v[at : back or n] *= 300
+    return v
+
+
+def test_a_loss_blown_up_past_twice_its_level_is_divergent_before_the_settle_window():
+    """charlm_lr_ramp_f (bench/labels trained, retired): blown up 300x for the last 160
+    steps of its run, where the settled and rising calls compare medians of 150 steps each:
+    it was left pending.  Ten points in a row past 2x its level, from the fast horizon on,
+    call it divergent; the loss back after that turns the call into slow-recovering."""
+    f = only(LossSpikeDetector().detect(series(_blown(1840, None))))
+    assert (f.start_step, f.classification) == (1840, SpikeClass.DIVERGENT)
+    assert f.message.startswith("train/loss spiked at step 1840: ")
+    assert f.message.endswith(" and did not recover: blown up, its last 10 points at 590.9, over 2x the 2.047 it left (divergent)")
+    live = feed_in_pieces(LossSpikeDetector(), np.arange(2000), _blown(1840, None), [1900, 1939, 1940], "train/loss", checks=4)
+    assert live == [f]
+    back = only(LossSpikeDetector().detect(series(_blown(1400, 1700))))
+    assert (back.start_step, back.classification) == (1400, SpikeClass.SLOW_RECOVERING)
+
+
+def test_a_step_up_blown_up_later_is_two_spikes():
+    """charlm_lr_ramp_clip_g (bench/labels trained, tuning): +24% at 1369 on a loss climbing
+    with its LR, blown up from 1648.  The first spike is not blown up (its 10-point medians
+    since its onset were under 2x): its rising call gives the loss a new level, and the
+    blow-up is a spike of its own."""
+    [run] = read_path(str(REPO / "bench" / "trained" / "runs" / "charlm_lr_ramp_clip_g")).runs.values()
+    loss = prepare_run(tag_writes(run)).series["train/loss"]
+    found = LossSpikeDetector().detect(loss)
+    assert [(f.start_step, f.classification) for f in found] == [(1369, SpikeClass.DIVERGENT), (1673, SpikeClass.DIVERGENT)]
+    assert found[0].message.endswith("did not recover: still rising (divergent)")
