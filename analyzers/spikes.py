@@ -107,19 +107,20 @@ eval loss rising for 15 evaluations), left to the trend detectors.
 **Alert early, then refine.**  A spike whose first `confirm_points` (3) points all stand
 above its recovery band is reported at once as `pending` (a warning, critical while the
 median of 3 points in a row stands `far_rise` over the level: 2x, "a loss that jumped and
-stayed"), as is one found on the median of `long_points` whose median stands above the band
-(as the rule decides, 16 points after its onset: an LR x4 on a char-LM, `charlm_lr_jump_l`,
+stayed"), as is one found on the median of `long_points` that stands above the band (as the
+rule decides, 16 points after its onset: an LR x4 on a char-LM, `charlm_lr_jump_l`,
 bench/labels trained, retired, +13-16% in 6% noise, had a point back at the level among its
 first 3 and was told only at the fast horizon, 104 steps after its onset), and one not back
-within the fast horizon; its class then changes as data arrives.  A one-point spike back at the next point is reported only once its class is
-known, as fast-recovering (info), so LLM runs with frequent small spikes stay quiet.
-Where the points after the onset span more than `prompt_steps` (50) steps, waiting costs
-more than the 60 steps a sudden event may take to be told: a word-LM logged every 200
-batches (`ext2_wordlm_gru_b`) was told 600 steps after its spike, a char-LM's eval loss
-every 100 steps 200-400 after its jump (`charlm_lr_jump_c`, `charlm_interval_lr_jump`).
-There a spike is reported at its onset, `pending` as info (a receiver hears of it only if
-it asks for info), a warning once confirmed; one that then keeps climbing is a trend's and
-is withdrawn (the service resolves its alert, saying so).
+within the fast horizon; its class then changes as data arrives.  A one-point spike back at
+the next point is reported only once its class is known, as fast-recovering (info), so LLM
+runs with frequent small spikes stay quiet.  Where the points after the onset span more
+than `prompt_steps` (50) steps, waiting costs more than the 60 steps a sudden event may
+take to be told: a word-LM logged every 200 batches (`ext2_wordlm_gru_b`) was told 600
+steps after its spike, a char-LM's eval loss every 100 steps 200-400 after its jump
+(`charlm_lr_jump_c`, `charlm_interval_lr_jump`).  There a spike is reported at its onset,
+`pending` as info (a receiver hears of it only if it asks for info), a warning once
+confirmed; one that then keeps climbing is a trend's and is withdrawn (the service
+resolves its alert, saying so).
 
 **Recovery and class, in the run's own time.**  A spike is back when the loss is within
 its band (the level plus `recovery_z` sigmas of a median, or `recovery_tolerance` of the
@@ -136,14 +137,14 @@ at 87.  How long that took, in training steps, classifies it:
 * slow_recovering: back later.  IDEFICS-80B took ~200 steps, a 13B run ~500.
 * divergent: not back within the slow horizon (max(`slow_steps`, `slow_points` points,
   `slow_share` of the run's age at the onset)), settled higher (no progress back over
-  `settle_steps` / `settle_points`: the 104B run, 14 -> 7 and flat), still rising, blown
-  up (every median of `settle_points` points since its onset `far_rise` over its level,
-  past the fast horizon: `_blown_up`), or turned non-finite.  This is a live call: if the loss comes back within the watch
-  horizon (max(`watch_steps`, `watch_points` points, `watch_share` of the run's age)) the
-  spike becomes slow_recovering, so over a finished curve the class is the outcome (the
-  word-LM GRU logged every 200 batches, `ext2_wordlm_gru_b`, was back ~30 points after its
-  spike: slow, where "not back within 1000 steps" called it divergent).  Past the watch
-  horizon, divergent is final.
+  `settle_steps` / `settle_points`: the 104B run, 14 -> 7 and flat), still rising, blown up
+  (every median of `settle_points` points since its onset `far_rise` over its level, past
+  the fast horizon: `_blown_up`), or turned non-finite.  This is a live call: if the loss
+  comes back within the watch horizon (max(`watch_steps`, `watch_points` points,
+  `watch_share` of the run's age)) the spike becomes slow_recovering, so over a finished
+  curve the class is the outcome (the word-LM GRU logged every 200 batches,
+  `ext2_wordlm_gru_b`, was back ~30 points after its spike: slow, where "not back within
+  1000 steps" called it divergent).  Past the watch horizon, divergent is final.
 * pending: none of the above can be told yet.
 
 The state holds the last `memory` points, twice 32 block maxima and the spikes being
@@ -239,7 +240,7 @@ class Followed(StreamState):
     seen_step: int
     top_value: float  # the highest value up to `seen`
     confirmed: bool | None  # its first `confirm_points` points all above the band (None: not seen yet)
-    held: bool  # found on the median of more points than that, which stood above the band
+    median_up: bool  # found on the median of more points than that, which stood above the band
     alerted: bool
     critical: bool
     why: str  # why it was called divergent; "" until it is
@@ -751,13 +752,13 @@ class LossSpikeDetector:
         span = int(found.span)
         # a jump that stays, judged on the median of more points than confirm one: still up
         # if that median is over the band (all of them are known once the rule decided)
-        held = span > c.confirm_points and bool(np.median(w.value[i : i + span]) > band)
+        median_up = span > c.confirm_points and bool(np.median(w.value[i : i + span]) > band)
         return Followed(
             onset=onset, onset_step=int(s[i]), rise_step=int(s[rise]), level=level, sigma=sigma, band=band, z=z,
             threshold=threshold, interval=interval, width=width, fast=fast, slow=slow,
             watch=watch, settle=max(c.settle_points, c.settle_steps // interval), searched=onset + 1, summed=onset,
             area=0.0, peak=onset, peak_step=int(s[i]), peak_value=float(w.value[i]), seen=onset - 1,
-            seen_step=int(s[i]), top_value=float(w.value[i]), confirmed=None, held=held, alerted=False, critical=False,
+            seen_step=int(s[i]), top_value=float(w.value[i]), confirmed=None, median_up=median_up, alerted=False, critical=False,
             why="", new_level=None, judged=onset - 1, nonfinite_step=None, recovered=False, climb=False, end=None, end_step=None,
         )
 
@@ -856,9 +857,9 @@ class LossSpikeDetector:
         """What a live run is told at each new point up to position `last`: alerted (still
         above the band at its `confirm_points`-th point, or not back within the fast
         horizon once its rise is over; found on a median that stood over the band, at once),
-        critical (the median of `confirm_points` points in a
-        row `far_rise` over the level), divergent (still rising, or settled higher at a pace
-        that would not bring it back within the slow horizon).  One that is not yet reported
+        critical (the median of `confirm_points` points in a row `far_rise` over the level),
+        divergent (still rising, blown up, or settled higher at a pace that would not bring
+        it back within the slow horizon).  One that is not yet reported
         and makes new highs past its rise (`rise_points` points and the fast horizon) is a
         climb, which the trend detectors judge: it is dropped there."""
         c = self.config
@@ -879,7 +880,7 @@ class LossSpikeDetector:
         why = spike.why or self._settled(spike, w, first, last)[0]
         if not spike.alerted:
             over = (points - o > c.rise_points) & (s[first : last + 1] - spike.onset_step > spike.fast)
-            confirmed = (points == o + n - 1) & bool(spike.confirmed or spike.held)
+            confirmed = (points == o + n - 1) & bool(spike.confirmed or spike.median_up)
             climbs = np.flatnonzero(over & (part > before + spike.sigma))
             alerts = np.flatnonzero(confirmed | over)
             if len(climbs) and (not len(alerts) or climbs[0] <= alerts[0]):
@@ -920,8 +921,8 @@ class LossSpikeDetector:
         """Why the spike is divergent at the first new point where it shows, or "": the
         median of the last `settle` points' newer half is above the band and higher than
         the older half's (still rising), or has come down too little to be back by the slow
-        horizon at that pace (settled); with the window position of that point and the
-        newer half's median there."""
+        horizon at that pace (settled), or blown up (`_blown_up`) first; with the window
+        position of that point and the newer half's median (or the blown-up median) there."""
         blown = self._blown_up(spike, w, first, last)
         s, v = w.step, w.value
         half = max(spike.settle // 2, 1)
