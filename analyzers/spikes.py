@@ -208,7 +208,7 @@ class SpikeConfig:
     watch_points: int = 100
     watch_share: float = 0.1
     settle_steps: int = 300  # no progress back over this long: settled higher
-    settle_points: int = 10
+    settle_points: int = 10  # ... at least this many points; every median of this many since the onset far_rise up: blown up
     baseline: BaselineConfig = BaselineConfig()
 
 
