@@ -729,8 +729,9 @@ def _blown(at: int, back: int | None, n: int = 2000) -> np.ndarray:
 def test_a_loss_blown_up_past_twice_its_level_is_divergent_before_the_settle_window():
     """charlm_lr_ramp_f (bench/labels trained, retired): blown up 300x for the last 160
     steps of its run, where the settled and rising calls compare medians of 150 steps each:
-    it was left pending.  Ten points in a row past 2x its level, from the fast horizon on,
-    call it divergent; the loss back after that turns the call into slow-recovering."""
+    it was left pending.  Every median of 10 points since its onset past 2x its level, from
+    the fast horizon on, calls it divergent; the loss back after that turns the call into
+    slow-recovering."""
     f = only(LossSpikeDetector().detect(series(_blown(1840, None))))
     assert (f.start_step, f.classification) == (1840, SpikeClass.DIVERGENT)
     assert f.message.startswith("train/loss spiked at step 1840: ")
