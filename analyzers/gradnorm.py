@@ -27,10 +27,11 @@ to 1 over 250 points, its 2-3x blips crossing 10x its last calm level four times
 as an explosion of its own), nor one that drifted there (`sample_runs/fp16_overflow`: 1 ->
 12 over the 200 steps its inputs grew).  Points over the line with fewer than `gap_points`
 (3) points below between them are one explosion (a norm flickering around the line in one
-incident); it closes after `gap_points` points below.  An explosion that has lasted `settle_points` (8) points and then
-jumps `ratio` times over the median of its last `settle_points` points starts a new one: the
-norm exploded again on top of an elevated level.  Eight points keep BLOOM's climb one
-explosion (it rose 6-9x per step over its first three points over the line).
+incident); it closes after `gap_points` points below.  An explosion that has lasted
+`settle_points` (8) points and then jumps `ratio` times over the median of its last
+`settle_points` points starts a new one: the norm exploded again on top of an elevated
+level.  Eight points keep BLOOM's climb one explosion (it rose 6-9x per step over its first
+three points over the line).
 
 An overflow (+Inf) stands over the line too: fp16 runs log Inf for the steps the scaler
 skips, and an explosion under fp16 often opens with a few of them (the char-LMs' LR jumps,

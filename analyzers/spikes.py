@@ -240,7 +240,6 @@ class Followed(StreamState):
     seen_step: int
     top_value: float  # the highest value up to `seen`
     confirmed: bool | None  # its first `confirm_points` points all above the band (None: not seen yet)
-    median_up: bool  # found on the median of more points than that, which stood above the band
     alerted: bool
     critical: bool
     why: str  # why it was called divergent; "" until it is
@@ -750,15 +749,15 @@ class LossSpikeDetector:
         while rise > max(0, w.at(since), i - c.rise_points) and w.value[rise - 1] > risen:
             rise -= 1
         span = int(found.span)
-        # a jump that stays, judged on the median of more points than confirm one: still up
-        # if that median is over the band (all of them are known once the rule decided)
-        median_up = span > c.confirm_points and bool(np.median(w.value[i : i + span]) > band)
+        # a jump that stays, judged on the median of more points than confirm one, is told as
+        # the rule decides if that median is over the band (all of them are known by then)
+        alerted = span > c.confirm_points and bool(np.median(w.value[i : i + span]) > band)
         return Followed(
             onset=onset, onset_step=int(s[i]), rise_step=int(s[rise]), level=level, sigma=sigma, band=band, z=z,
             threshold=threshold, interval=interval, width=width, fast=fast, slow=slow,
             watch=watch, settle=max(c.settle_points, c.settle_steps // interval), searched=onset + 1, summed=onset,
             area=0.0, peak=onset, peak_step=int(s[i]), peak_value=float(w.value[i]), seen=onset - 1,
-            seen_step=int(s[i]), top_value=float(w.value[i]), confirmed=None, median_up=median_up, alerted=False, critical=False,
+            seen_step=int(s[i]), top_value=float(w.value[i]), confirmed=None, alerted=alerted, critical=False,
             why="", new_level=None, judged=onset - 1, nonfinite_step=None, recovered=False, climb=False, end=None, end_step=None,
         )
 
@@ -872,7 +871,7 @@ class LossSpikeDetector:
         if not critical and last >= o + n - 1:
             lo = max(first, o + n - 1)
             medians = bn.move_median(v[lo - n + 1 : last + 1], n)[n - 1 :]
-            critical = bool(np.any(medians >= spike.level + c.far_rise * abs(spike.level)))
+            critical = bool(np.any(medians >= self._far(spike)))
         points = np.arange(first, last + 1)
         part = v[first : last + 1]
         before = np.maximum.accumulate(np.concatenate([[spike.top_value], part]))[:-1]  # highest before each
@@ -880,7 +879,7 @@ class LossSpikeDetector:
         why = spike.why or self._settled(spike, w, first, last)[0]
         if not spike.alerted:
             over = (points - o > c.rise_points) & (s[first : last + 1] - spike.onset_step > spike.fast)
-            confirmed = (points == o + n - 1) & bool(spike.confirmed or spike.median_up)
+            confirmed = (points == o + n - 1) & bool(spike.confirmed)
             climbs = np.flatnonzero(over & (part > before + spike.sigma))
             alerts = np.flatnonzero(confirmed | over)
             if len(climbs) and (not len(alerts) or climbs[0] <= alerts[0]):
@@ -913,7 +912,7 @@ class LossSpikeDetector:
         why, at, median = self._settled(spike, w, first, last)
         if not why:
             return _evolve(spike, judged=w.first + last)
-        if median >= spike.level + self.config.far_rise * abs(spike.level):
+        if median >= self._far(spike):
             return _evolve(spike, judged=_NEVER)
         return _evolve(spike, new_level=w.first + at, judged=w.first + at)
 
@@ -946,6 +945,10 @@ class LossSpikeDetector:
         why = "still rising" if rising[k] else f"settled at {later[k]:.4g}, above the {spike.band:.4g} it left"
         return why, int(at[k]), float(later[k])
 
+    def _far(self, spike: Followed) -> float:
+        """`far_rise` over the spike's level: critical while pending, blown up, no new level."""
+        return spike.level + self.config.far_rise * abs(spike.level)
+
     def _blown_up(self, spike: Followed, w: _Window, first: int, last: int) -> tuple[str, int, float]:
         """Blown up, at the first new point where it shows, or "": the median of every
         `settle_points` points in a row since its onset still `far_rise` (2x) over the level,
@@ -964,8 +967,7 @@ class LossSpikeDetector:
         if b < max(a, first):
             return "", -1, math.nan
         medians = bn.move_median(w.value[o : b + 1], n)[n - 1 :]  # at positions a..b
-        line = spike.level + c.far_rise * abs(spike.level)
-        up = np.logical_and.accumulate(medians >= line)
+        up = np.logical_and.accumulate(medians >= self._far(spike))
         at = np.arange(a, b + 1)
         hits = np.flatnonzero(up & (at >= first) & (w.step[at] - spike.onset_step >= spike.fast))
         if not len(hits):
