@@ -682,6 +682,59 @@ PLANS = [
          clip=None, log_every=10),
     Plan("charlm_epoch_mean_lr_ramp_n", "Logged as Keras logs per batch (the running mean of 150-step epochs); from "
          "step 1200 the LR grows 1.5x every 100 steps.", seed=250, epoch_steps=150, lr_factor=ramp(1200, 1.5)),
+    # A seventeenth batch (2026-12-05), all held out, so that the sixteenth's misses could be read: every kind
+    # again on new seeds and settings.
+    Plan("charlm_lr_ramp_o", "Gradient clipping at 1; from step 1100 the LR grows 1.4x every 100 steps, 2,500 steps; "
+         "the loss logged every 10 steps as the mean since the last log, evaluated every 100 steps.", seed=251,
+         steps=2500, log_every=10, eval_every=100, lr_factor=ramp(1100, 1.4)),
+    Plan("charlm_lr_ramp_interval_o", "No gradient clipping; from step 1500 the LR grows 1.7x every 100 steps, 3,000 "
+         "steps; the loss logged every 20 steps as the mean since the last log, evaluated every 200 steps.",
+         seed=252, steps=3000, log_every=20, eval_every=200, clip=None, lr_factor=ramp(1500, 1.7)),
+    Plan("charlm_lr_units_bug_o", "Gradient clipping at 1; from step 1200 the LR is 200x (a units bug), evaluated "
+         "every 50 steps.", seed=253, eval_every=50, lr_factor=from_step(1200, 200.0)),
+    Plan("charlm_lr_jump_o", "LR x6 from step 1300 to the end, no gradient clipping, evaluated every 100 steps.",
+         seed=254, clip=None, eval_every=100, lr_factor=from_step(1300, 6.0)),
+    Plan("charlm_lr_jump_interval_o", "LR x10 from step 1800 to the end, gradient clipping at 1, 3,000 steps; the "
+         "loss logged every 10 steps as the mean since the last log.", seed=255, steps=3000, log_every=10,
+         lr_factor=from_step(1800, 10.0)),
+    Plan("charlm_lr_burst_o", "LR x25 for steps 1200-1209, gradient clipping at 1, evaluated every 50 steps.",
+         seed=256, eval_every=50, lr_factor=window(1200, 1210, 25.0)),
+    Plan("charlm_lr_burst_interval_o", "LR x20 for steps 1600-1629, no gradient clipping, 3,000 steps; the loss "
+         "logged every 20 steps as the mean since the last log, evaluated every 200 steps.", seed=257, steps=3000,
+         log_every=20, eval_every=200, clip=None, lr_factor=window(1600, 1630, 20.0)),
+    Plan("charlm_bad_batch_o", "Corrupted batches at steps 900 and 1600, gradient clipping at 1.", seed=258,
+         corrupt=garbage({900, 1600})),
+    Plan("charlm_bad_batch_interval_o", "A corrupted batch at step 1200, no gradient clipping, 3,000 steps; the loss "
+         "logged every 10 steps as the mean since the last log, evaluated every 100 steps.", seed=259, steps=3000,
+         log_every=10, eval_every=100, clip=None, corrupt=garbage({1200})),
+    Plan("charlm_fp16_collapse_o", "fp16 autocast with torch's GradScaler, gradient clipping at 1; from step 1100 the "
+         "LR is 500x.", seed=260, fp16=True, lr_factor=from_step(1100, 500.0)),
+    Plan("charlm_fp16_lr_jump_o", "fp16 autocast with torch's GradScaler, no gradient clipping; from step 1400 the "
+         "LR is 10x, evaluated every 100 steps.", seed=261, fp16=True, clip=None, eval_every=100,
+         lr_factor=from_step(1400, 10.0)),
+    Plan("charlm_overfit_o", "Trained on 4,000 characters only, evaluated on GPL-3 every 50 steps.", seed=262,
+         train_chars=4000, eval_every=50),
+    Plan("charlm_overfit_interval_o", "Trained on 20,000 characters only, 3,000 steps; the loss logged every 20 "
+         "steps as the mean since the last log, evaluated on GPL-3 every 200 steps.", seed=263, steps=3000,
+         log_every=20, train_chars=20000, eval_every=200),
+    Plan("charlm_resume_exact_o", "The process dies after step 1555; a new one resumes from the step-1500 checkpoint "
+         "with everything restored, evaluated every 100 steps.", seed=264, crash_after=1555, resume_from=1500,
+         eval_every=100),
+    Plan("charlm_resume_schedule_lost_o", "The process dies after step 1800; a new one resumes from the step-1500 "
+         "checkpoint with the LR schedule restarted from 0, 2,500 steps; the loss logged every 10 steps as the mean "
+         "since the last log.", seed=265, steps=2500, log_every=10, crash_after=1800, resume_from=1500,
+         schedule_lost=True),
+    Plan("charlm_lr_frozen_o", "A scheduler bug sets the LR to 1e-9 of its value from step 1300, 3,000 steps; the "
+         "loss logged every 20 steps as the mean since the last log, evaluated every 200 steps.", seed=266,
+         steps=3000, log_every=20, eval_every=200, lr_factor=from_step(1300, 1e-9)),
+    Plan("charlm_clean_o", "Clean run at a peak LR of 5e-3 without gradient clipping, evaluated every 50 steps.",
+         seed=267, peak_lr=5e-3, clip=None, eval_every=50),
+    Plan("charlm_clean_interval_o", "Clean run, 3,000 steps; the loss logged every 10 steps as the mean since the "
+         "last log, evaluated every 100 steps.", seed=268, steps=3000, log_every=10, eval_every=100),
+    Plan("charlm_sgdr_o", "Clean run on SGDR at a peak LR of 4e-3, restarting every 500 steps, gradient clipping at "
+         "1, evaluated every 100 steps.", seed=269, peak_lr=4e-3, restart_every=500, eval_every=100),
+    Plan("charlm_epoch_mean_lr_jump_o", "Logged as Keras logs per batch (the running mean of 250-step epochs); the LR "
+         "x8 from step 1300 to the end.", seed=270, epoch_steps=250, lr_factor=from_step(1300, 8.0)),
 ]
 
 
