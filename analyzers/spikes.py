@@ -130,7 +130,13 @@ points in a row; a spike already back by its `confirm_points`-th point needs onl
 median of `quick_points` (5), so a one-point spike in a per-step log is reported as
 fast-recovering 5 steps after its onset, not 25.  Two sigmas, not three: the LR burst of sample_runs/lr_burst has its
 50-step mean back within 5% 161 steps after the burst (slow), where three called it back
-at 87.  How long that took, in training steps, classifies it:
+at 87.  The sigma of the band, and of the calls below, is the point sigma at the onset but at most
+`local_margin` x the spread of second differences, which a trend does not widen: a coarse
+log's 150 points are mostly trend, and over the 128 before a jump the residuals' spread is
+the early fall's lag (`charlm_lr_ramp_interval_n`, bench/labels trained, retired, logged every
+20 steps: 0.245 against 0.019 at a level of 1.72, so a loss that jumped to 4.4 and sat at
+3.0 for 300 steps was neither settled nor rising until it blew up 92x, which it swallowed).
+How long that took, in training steps, classifies it:
 
 * fast_recovering: back within max(`fast_steps`, `fast_points` logged points).  BLOOM-176B
   came back in ~36 steps; a run logging every 500 steps shows a fast spike as one point.
@@ -138,8 +144,9 @@ at 87.  How long that took, in training steps, classifies it:
 * divergent: not back within the slow horizon (max(`slow_steps`, `slow_points` points,
   `slow_share` of the run's age at the onset)), settled higher (no progress back over
   `settle_steps` / `settle_points`: the 104B run, 14 -> 7 and flat), still rising, blown up
-  (every median of `settle_points` points since its onset `far_rise` over its level, past
-  the fast horizon: `_blown_up`), or turned non-finite.  This is a live call: if the loss
+  (every median of `settle_points` points since its onset, or of the points the fast
+  horizon spans where fewer, `far_rise` over its level, past the fast horizon: `_blown_up`),
+  or turned non-finite.  This is a live call: if the loss
   comes back within the watch horizon (max(`watch_steps`, `watch_points` points,
   `watch_share` of the run's age)) the spike becomes slow_recovering, so over a finished
   curve the class is the outcome (the word-LM GRU logged every 200 batches,
@@ -727,11 +734,14 @@ class LossSpikeDetector:
         age = int(s[i]) - (first_step if first_step is not None else int(s[i]))
         if not math.isnan(found.level):  # the early rule's own
             level, sigma = float(found.level), float(found.sigma)
+            point_sigma = sigma
         else:
-            level, sigma = float(base.level[i]), float(base.sigma[i])
+            level, point_sigma = float(base.level[i]), float(base.sigma[i])
+            # the noise its band and class are judged in: at most `local_margin` x the spread
+            # of second differences, which a trend does not widen (module docstring)
+            sigma = min(point_sigma, c.local_margin * float(base.local_sigma[i]))
             if not _turned_up(base, np.array([i])).any() and base.following[i] < level:
-                # down a falling curve, the sigma the one-point rule measured it in
-                sigma = min(sigma, c.local_margin * float(base.local_sigma[i]))
+                point_sigma = sigma  # down a falling curve, the sigma the one-point rule measured it in
         width = max(1, min(c.recovery_window, c.recovery_window // interval))
 
         def over(spread: float) -> float:  # `recovery_z` such spreads, `recovery_tolerance` or 2 quanta over the level
@@ -744,7 +754,7 @@ class LossSpikeDetector:
         watch = max(slow, c.watch_points * interval, c.watch_steps, int(c.watch_share * age))
         # a point before the onset is part of the rise when it stands out as one point (the
         # band is a median's: half of a noisy loss's points stand over it)
-        risen = over(sigma)
+        risen = over(point_sigma)
         rise = i
         while rise > max(0, w.at(since), i - c.rise_points) and w.value[rise - 1] > risen:
             rise -= 1
@@ -959,9 +969,12 @@ class LossSpikeDetector:
         (`charlm_lr_ramp_interval_m`), was left pending.  Every median since the onset: a
         +24% step of a climbing loss blown up 280 steps later (`charlm_lr_ramp_clip_g`) was
         not blown up itself, and the blow-up is a spike of its own.  A live call, taken back
-        as the others are if the loss comes back within the watch horizon."""
+        as the others are if the loss comes back within the watch horizon.  Medians of the
+        points the fast horizon spans where those are fewer (at least `confirm_points`): on a
+        log every 20 steps 10 points are 200 steps, and `charlm_lr_ramp_interval_n`'s
+        blow-up, 92-400x for the last 7 points of its run, was left pending."""
         c = self.config
-        n = c.settle_points
+        n = min(c.settle_points, max(c.confirm_points, spike.fast // spike.interval))
         o = w.at(spike.onset)
         a, b = o + n - 1, min(last, o + spike.settle)
         if b < max(a, first):

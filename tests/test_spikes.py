@@ -742,6 +742,30 @@ def test_a_loss_blown_up_past_twice_its_level_is_divergent_before_the_settle_win
     assert (back.start_step, back.classification) == (1400, SpikeClass.SLOW_RECOVERING)
 
 
+def test_a_loss_blown_up_at_the_end_of_a_coarse_log_is_divergent_at_the_fast_horizon():
+    """charlm_lr_ramp_interval_n (bench/labels trained, retired), logged every 20 steps, blew
+    up 92-400x for the last 7 points of its run, and was left pending: 10 points are 200
+    steps there.  The medians are of the points the fast horizon spans (100 steps: 5)."""
+    f = only(LossSpikeDetector().detect(series(_blown(143, None, n=150), interval=20)))
+    assert (f.start_step, f.classification) == (2860, SpikeClass.DIVERGENT)
+    assert f.message.endswith(" and did not recover: blown up, its last 5 points at 600.3, over 2x the 2.077 it left (divergent)")
+
+
+def test_a_jump_that_sat_higher_on_a_coarse_log_gives_its_blow_up_a_spike_of_its_own():
+    """charlm_lr_ramp_interval_n (bench/labels trained, retired), logged every 20 steps:
+    1.72 -> 4.38 at 2419, 2.99-3.15 from 2559, then blown up 92x at 2879.  Its 150 points
+    are mostly trend, and the residuals' spread over the 128 before the jump (0.245, the
+    early fall's lag) called 3.0 against 1.72 neither settled nor rising until the blow-up
+    itself, which it then swallowed.  Judged in the spread of second differences (0.019),
+    it settled, and the blow-up is a spike of its own."""
+    [run] = read_path(str(REPO / "bench" / "trained" / "runs" / "charlm_lr_ramp_interval_n")).runs.values()
+    loss = prepare_run(tag_writes(run)).series["train/loss"]
+    first, second = LossSpikeDetector().detect(loss)
+    assert (first.start_step, first.classification, second.start_step, second.classification) == (
+        2399, SpikeClass.DIVERGENT, 2879, SpikeClass.DIVERGENT)
+    assert "settled at 3.012" in first.message and "blown up" in second.message
+
+
 def test_a_step_up_blown_up_later_is_two_spikes():
     """charlm_lr_ramp_clip_g (bench/labels trained, tuning): +24% at 1369 on a loss climbing
     with its LR, blown up from 1648.  The first spike is not blown up (its 10-point medians
