@@ -735,6 +735,60 @@ PLANS = [
          "1, evaluated every 100 steps.", seed=269, peak_lr=4e-3, restart_every=500, eval_every=100),
     Plan("charlm_epoch_mean_lr_jump_o", "Logged as Keras logs per batch (the running mean of 250-step epochs); the LR "
          "x8 from step 1300 to the end.", seed=270, epoch_steps=250, lr_factor=from_step(1300, 8.0)),
+    # An eighteenth batch (2026-12-05), all held out, so that the seventeenth's misses could be read: every kind
+    # again on new seeds and settings.
+    Plan("charlm_lr_ramp_p", "Gradient clipping at 1; from step 900 the LR grows 1.3x every 100 steps, evaluated "
+         "every 50 steps.", seed=271, eval_every=50, lr_factor=ramp(900, 1.3)),
+    Plan("charlm_lr_ramp_interval_p", "Gradient clipping at 1; from step 1400 the LR grows 1.8x every 100 steps, "
+         "3,000 steps; the loss logged every 10 steps as the mean since the last log, evaluated every 200 steps.",
+         seed=272, steps=3000, log_every=10, eval_every=200, lr_factor=ramp(1400, 1.8)),
+    Plan("charlm_lr_units_bug_p", "No gradient clipping; from step 1000 the LR is 1000x (a units bug), 2,500 steps; "
+         "the loss logged every 20 steps as the mean since the last log.", seed=273, steps=2500, log_every=20,
+         clip=None, lr_factor=from_step(1000, 1000.0)),
+    Plan("charlm_lr_jump_p", "LR x7 from step 1500 to the end, gradient clipping at 1, evaluated every 50 steps.",
+         seed=274, eval_every=50, lr_factor=from_step(1500, 7.0)),
+    Plan("charlm_lr_jump_interval_p", "LR x4 from step 1600 to the end, no gradient clipping, 3,000 steps; the loss "
+         "logged every 20 steps as the mean since the last log, evaluated every 200 steps.", seed=275, steps=3000,
+         log_every=20, eval_every=200, clip=None, lr_factor=from_step(1600, 4.0)),
+    Plan("charlm_lr_burst_p", "LR x10 for steps 1100-1149, no gradient clipping, evaluated every 100 steps.",
+         seed=276, clip=None, eval_every=100, lr_factor=window(1100, 1150, 10.0)),
+    Plan("charlm_lr_burst_interval_p", "LR x40 for steps 1800-1809, gradient clipping at 1, 3,000 steps; the loss "
+         "logged every 10 steps as the mean since the last log.", seed=277, steps=3000, log_every=10,
+         lr_factor=window(1800, 1810, 40.0)),
+    Plan("charlm_bad_batch_p", "Corrupted batches at steps 1000 and 1001, no gradient clipping, evaluated every 100 "
+         "steps.", seed=278, clip=None, eval_every=100, corrupt=garbage({1000, 1001})),
+    Plan("charlm_bad_batch_interval_p", "Corrupted batches at steps 1300 and 2400, gradient clipping at 1, 3,000 "
+         "steps; the loss logged every 20 steps as the mean since the last log.", seed=279, steps=3000,
+         log_every=20, corrupt=garbage({1300, 2400})),
+    Plan("charlm_fp16_collapse_p", "fp16 autocast with torch's GradScaler, no gradient clipping; from step 1300 the "
+         "LR is 1000x, evaluated every 100 steps.", seed=280, fp16=True, clip=None, eval_every=100,
+         lr_factor=from_step(1300, 1000.0)),
+    Plan("charlm_fp16_clean_p", "Clean run, fp16 autocast with torch's GradScaler, gradient clipping at 1, 2,500 "
+         "steps; the loss logged every 10 steps as the mean since the last log.", seed=281, fp16=True, steps=2500,
+         log_every=10),
+    Plan("charlm_overfit_p", "Trained on 5,000 characters only, evaluated on GPL-3 every 100 steps.", seed=282,
+         train_chars=5000, eval_every=100),
+    Plan("charlm_overfit_interval_p", "Trained on 10,000 characters only, 3,000 steps; the loss logged every 10 "
+         "steps as the mean since the last log, evaluated on GPL-3 every 100 steps.", seed=283, steps=3000,
+         log_every=10, train_chars=10000, eval_every=100),
+    Plan("charlm_resume_exact_p", "The process dies after step 1700; a new one resumes from the step-1500 checkpoint "
+         "with everything restored, 2,500 steps; the loss logged every 10 steps as the mean since the last log.",
+         seed=284, steps=2500, log_every=10, crash_after=1700, resume_from=1500),
+    Plan("charlm_resume_schedule_lost_p", "The process dies after step 1400; a new one resumes from the step-1000 "
+         "checkpoint with the LR schedule restarted from 0, evaluated every 100 steps.", seed=285,
+         crash_after=1400, resume_from=1000, schedule_lost=True, eval_every=100),
+    Plan("charlm_lr_frozen_p", "A scheduler bug sets the LR to 1e-9 of its value from step 1000, evaluated every 50 "
+         "steps.", seed=286, eval_every=50, lr_factor=from_step(1000, 1e-9)),
+    Plan("charlm_clean_p", "Clean run at a peak LR of 2e-3 without gradient clipping, 2,500 steps, evaluated every "
+         "100 steps.", seed=287, steps=2500, peak_lr=2e-3, clip=None, eval_every=100),
+    Plan("charlm_clean_interval_p", "Clean run, gradient clipping at 1, 3,000 steps; the loss logged every 20 steps "
+         "as the mean since the last log, evaluated every 200 steps.", seed=288, steps=3000, log_every=20,
+         eval_every=200),
+    Plan("charlm_sgdr_p", "Clean run on SGDR at a peak LR of 5e-3, restarting every 400 steps, no gradient clipping, "
+         "2,500 steps; the loss logged every 10 steps as the mean since the last log.", seed=289, steps=2500,
+         peak_lr=5e-3, restart_every=400, clip=None, log_every=10),
+    Plan("charlm_epoch_mean_lr_burst_p", "Logged as Keras logs per batch (the running mean of 200-step epochs); the "
+         "LR x20 for steps 1200-1219.", seed=290, epoch_steps=200, lr_factor=window(1200, 1220, 20.0)),
 ]
 
 
