@@ -119,17 +119,19 @@ def explained_by_spike(divergence: Finding, spikes: list[Finding]) -> bool:
 
 
 def spike_tells_eval_rise(rise: Finding, spikes: list[Finding]) -> bool:
-    """An eval loss's divergence whose first evaluation after its best is where a spike on
+    """An eval loss's divergence whose evaluations over its margin began where a spike on
     the same tag began, one that did not come back fast, is that spike told again: the
     spike, which says where the loss jumped and how it ended, tells it, as a train loss's
     spike tells the rise it caused (`explained_by_spike`).  charlm_lr_burst_m (bench/labels
     trained, retired): an LR x20 burst doubled the eval loss at the evaluation after its
     best, 1.465 -> 3.038, and it never came back; besides that divergent spike it was told
     as a divergence "risen for 16 evaluations since its best", two critical alerts for one
-    event.  A rise that began before the spike (a creep, then a jump) is news of its own."""
-    after = rise.evidence.get("after_best", -1)
+    event.  So was charlm_lr_burst_o's (retired), +59% at the second evaluation after its
+    best, the first +1.8%, within its margin.  A rise that began before the spike (a creep,
+    then a jump) is news of its own."""
+    risen_from = rise.evidence.get("risen_from", -1)
     return rise.kind is Kind.DIVERGENCE and any(
-        s.tag == rise.tag and s.classification is not SpikeClass.FAST_RECOVERING and rise.start_step < s.start_step <= after
+        s.tag == rise.tag and s.classification is not SpikeClass.FAST_RECOVERING and rise.start_step < s.start_step <= risen_from
         for s in spikes
     )
 

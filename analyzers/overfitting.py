@@ -107,7 +107,7 @@ class EvalRiseState(StreamState):
     first: float  # the first evaluation
     best: float  # the best so far (since the last rise closed), and where
     best_step: int
-    after_best: int  # the step of the first evaluation after the best (-1 before one comes)
+    risen_from: int  # the first evaluation of the run above a margin that opened (or may open) a rise (-1: none)
     recent: np.ndarray  # the last `patience` evaluations, and their steps
     recent_step: np.ndarray
     streak: int  # evaluations in a row above the margin
@@ -128,7 +128,7 @@ _AHEAD = 1024  # evaluations looked at a time for the next event
 class _Rise:
     """An eval rise's state, changed in place while a feed walks its evaluations."""
 
-    NAMES = ("best", "best_step", "after_best", "streak", "held", "open", "evals", "pool", "gate", "worst", "worst_step")
+    NAMES = ("best", "best_step", "risen_from", "streak", "held", "open", "evals", "pool", "gate", "worst", "worst_step")
 
     def __init__(self, s: EvalRiseState) -> None:
         for k in self.NAMES:
@@ -235,10 +235,8 @@ class EvalRiseDetector:
             if len(better):
                 last = j + int(better[-1])
                 x.best, x.best_step, x.evals = float(v[last]), int(at[last]), j + k - 1 - last
-                x.after_best = int(at[last + 1]) if last + 1 < j + k else -1
             else:
                 x.evals += k
-                x.after_best = int(at[j]) if x.after_best < 0 else x.after_best
             x.pool += k
             self._remember(x, v[j : j + k], at[j : j + k])
         if k < end - j:
@@ -270,7 +268,7 @@ class EvalRiseDetector:
         # on a dense series the evaluation back is the first of thousands of noisy ones to
         # come below the line, no fresh best of one: the count goes on
         pool = x.pool if x.pool > self.config.dense_pool else 1
-        x.open, x.evals, x.pool, x.streak, x.held, x.best, x.best_step, x.after_best, x.worst, x.worst_step = (
+        x.open, x.evals, x.pool, x.streak, x.held, x.best, x.best_step, x.risen_from, x.worst, x.worst_step = (
             False, 0, pool, 0, 0, float(v[i]), int(at[i]), -1, math.nan, -1
         )
         x.gate = math.nan
@@ -287,9 +285,8 @@ class EvalRiseDetector:
         x.evals += 1
         x.pool += 1
         if v < x.best:
-            x.best, x.best_step, x.after_best, x.streak, x.held, x.evals = v, at, -1, 0, 0, 0
+            x.best, x.best_step, x.risen_from, x.streak, x.held, x.evals = v, at, -1, 0, 0, 0
             return
-        x.after_best = at if x.after_best < 0 else x.after_best
         known = math.isfinite(x.best)
         margin = float(self._margin(x.best, sigma, x.pool)) if known else math.inf
         low = float(self._held_margin(x.best, sigma, x.pool)) if known else math.inf
@@ -297,6 +294,8 @@ class EvalRiseDetector:
         if not (up or held):
             x.streak = x.held = 0
             return
+        if x.streak == x.held == 0:  # a run above a margin begins
+            x.risen_from = at
         if x.streak == x.held == 0 or not v <= x.worst:  # the streak's highest, told once it opens (NaN: not yet kept)
             x.worst, x.worst_step = v, at
         x.streak = x.streak + 1 if up else 0
@@ -331,7 +330,7 @@ class EvalRiseDetector:
             message="",  # said by `judge`, which knows the train loss
             remediation="",
             evidence={
-                "best_step": s.best_step, "after_best": s.after_best, "best": s.best, "now": s.now, "now_step": s.now_step, "worst": s.worst,
+                "best_step": s.best_step, "risen_from": s.risen_from, "best": s.best, "now": s.now, "now_step": s.now_step, "worst": s.worst,
                 "rise": rise, "evaluations": s.evals, "first": s.first, "lowest_of": s.pool - s.evals,
             },
         )

@@ -106,8 +106,8 @@ class StateOutdated(Exception):
 
 
 # Raise when any detector's state changes shape (or the way it is packed at rest).
-STATE_FORMAT = 17
-READ_FORMATS = (17,)  # 17: an eval rise keeps the step of the first evaluation after its best
+STATE_FORMAT = 18
+READ_FORMATS = (18,)  # 18: an eval rise keeps where its evaluations over the margin began
 
 
 # -- the state --------------------------------------------------------------------------
