@@ -107,7 +107,7 @@ class EvalRiseState(StreamState):
     first: float  # the first evaluation
     best: float  # the best so far (since the last rise closed), and where
     best_step: int
-    risen_from: int  # the first evaluation of the run above a margin that opened (or may open) a rise (-1: none)
+    risen_from: int  # the first evaluation of the latest run above a margin: an open rise's, the one that opened it
     recent: np.ndarray  # the last `patience` evaluations, and their steps
     recent_step: np.ndarray
     streak: int  # evaluations in a row above the margin
