@@ -72,8 +72,8 @@
         say(box, "Silenced " + describe(made.matchers) + " for " + duration + " (silence " + made.id + ").");
       } else if (button.dataset.action === "expire") {
         await send("DELETE", "/v1/silences/" + encodeURIComponent(button.dataset.silence));
+        await listSilences(box);  // the list first: once this is said, the table is current
         say(box, "Silence " + button.dataset.silence + " expired.");
-        await listSilences(box);
       }
     } catch (e) {
       say(box, e.message, true);
@@ -94,9 +94,9 @@
     }
     try {
       const made = await send("POST", "/v1/silences", body);
-      say(panel, "Silenced " + describe(made.matchers) + " (silence " + made.id + ").");
       form.reset();
       await listSilences(panel);
+      say(panel, "Silenced " + describe(made.matchers) + " (silence " + made.id + ").");
     } catch (e) {
       say(panel, e.message, true);
     }
