@@ -789,6 +789,59 @@ PLANS = [
          peak_lr=5e-3, restart_every=400, clip=None, log_every=10),
     Plan("charlm_epoch_mean_lr_burst_p", "Logged as Keras logs per batch (the running mean of 200-step epochs); the "
          "LR x20 for steps 1200-1219.", seed=290, epoch_steps=200, lr_factor=window(1200, 1220, 20.0)),
+    # A nineteenth batch (2026-12-05), all held out, so that the eighteenth's misses could be read: every kind
+    # again on new seeds and settings.
+    Plan("charlm_lr_ramp_q", "No gradient clipping; from step 1000 the LR grows 1.6x every 100 steps, evaluated "
+         "every 100 steps.", seed=291, clip=None, eval_every=100, lr_factor=ramp(1000, 1.6)),
+    Plan("charlm_lr_ramp_interval_q", "Gradient clipping at 1; from step 1200 the LR grows 1.5x every 100 steps, "
+         "3,000 steps; the loss logged every 20 steps as the mean since the last log, evaluated every 200 steps.",
+         seed=292, steps=3000, log_every=20, eval_every=200, lr_factor=ramp(1200, 1.5)),
+    Plan("charlm_lr_units_bug_q", "Gradient clipping at 1; from step 1300 the LR is 300x (a units bug), 2,500 steps; "
+         "the loss logged every 10 steps as the mean since the last log.", seed=293, steps=2500, log_every=10,
+         lr_factor=from_step(1300, 300.0)),
+    Plan("charlm_lr_jump_q", "LR x5 from step 1200 to the end, gradient clipping at 1, evaluated every 50 steps.",
+         seed=294, eval_every=50, lr_factor=from_step(1200, 5.0)),
+    Plan("charlm_lr_jump_interval_q", "LR x12 from step 1500 to the end, no gradient clipping, 3,000 steps; the loss "
+         "logged every 10 steps as the mean since the last log, evaluated every 100 steps.", seed=295, steps=3000,
+         log_every=10, eval_every=100, clip=None, lr_factor=from_step(1500, 12.0)),
+    Plan("charlm_lr_burst_q", "LR x20 for steps 1400-1404, no gradient clipping, evaluated every 50 steps.",
+         seed=296, clip=None, eval_every=50, lr_factor=window(1400, 1405, 20.0)),
+    Plan("charlm_lr_burst_interval_q", "LR x15 for steps 2100-2139, gradient clipping at 1, 3,000 steps; the loss "
+         "logged every 20 steps as the mean since the last log, evaluated every 200 steps.", seed=297, steps=3000,
+         log_every=20, eval_every=200, lr_factor=window(2100, 2140, 15.0)),
+    Plan("charlm_bad_batch_q", "Corrupted batches at steps 800, 1400 and 1800, gradient clipping at 1, evaluated every "
+         "100 steps.", seed=298, eval_every=100, corrupt=garbage({800, 1400, 1800})),
+    Plan("charlm_bad_batch_interval_q", "A corrupted batch at step 1700, no gradient clipping, 3,000 steps; the loss "
+         "logged every 10 steps as the mean since the last log.", seed=299, steps=3000, log_every=10, clip=None,
+         corrupt=garbage({1700})),
+    Plan("charlm_fp16_collapse_q", "fp16 autocast with torch's GradScaler, gradient clipping at 1; from step 1600 the "
+         "LR is 300x.", seed=300, fp16=True, lr_factor=from_step(1600, 300.0)),
+    Plan("charlm_fp16_lr_jump_q", "fp16 autocast with torch's GradScaler, no gradient clipping; from step 1100 the "
+         "LR is 8x.", seed=301, fp16=True, clip=None, lr_factor=from_step(1100, 8.0)),
+    Plan("charlm_overfit_q", "Trained on 7,000 characters only, evaluated on GPL-3 every 50 steps.", seed=302,
+         train_chars=7000, eval_every=50),
+    Plan("charlm_overfit_interval_q", "Trained on 30,000 characters only, 3,000 steps; the loss logged every 20 "
+         "steps as the mean since the last log, evaluated on GPL-3 every 200 steps.", seed=303, steps=3000,
+         log_every=20, train_chars=30000, eval_every=200),
+    Plan("charlm_resume_exact_q", "The process dies after step 1234; a new one resumes from the step-1000 checkpoint "
+         "with everything restored, evaluated every 50 steps.", seed=304, crash_after=1234, resume_from=1000,
+         eval_every=50),
+    Plan("charlm_resume_schedule_lost_q", "The process dies after step 2222; a new one resumes from the step-2000 "
+         "checkpoint with the LR schedule restarted from 0, 3,000 steps; the loss logged every 20 steps as the mean "
+         "since the last log.", seed=305, steps=3000, log_every=20, crash_after=2222, resume_from=2000,
+         schedule_lost=True),
+    Plan("charlm_lr_frozen_q", "A scheduler bug sets the LR to 1e-9 of its value from step 700, 2,500 steps; the "
+         "loss logged every 10 steps as the mean since the last log.", seed=306, steps=2500, log_every=10,
+         lr_factor=from_step(700, 1e-9)),
+    Plan("charlm_clean_q", "Clean run, gradient clipping at 1, evaluated every 50 steps.", seed=307, eval_every=50),
+    Plan("charlm_clean_interval_q", "Clean run at a peak LR of 5e-3 without gradient clipping, 3,000 steps; the loss "
+         "logged every 10 steps as the mean since the last log, evaluated every 100 steps.", seed=308, steps=3000,
+         peak_lr=5e-3, clip=None, log_every=10, eval_every=100),
+    Plan("charlm_sgdr_q", "Clean run on SGDR restarting every 350 steps, gradient clipping at 1, evaluated every 50 "
+         "steps.", seed=309, restart_every=350, eval_every=50),
+    Plan("charlm_epoch_mean_bad_batch_q", "Logged as Keras logs per batch (the running mean of 200-step epochs); "
+         "corrupted batches at steps 900 and 1500, no gradient clipping.", seed=310, epoch_steps=200, clip=None,
+         corrupt=garbage({900, 1500})),
 ]
 
 
