@@ -143,7 +143,10 @@ How long that took, in training steps, classifies it:
 * slow_recovering: back later.  IDEFICS-80B took ~200 steps, a 13B run ~500.
 * divergent: not back within the slow horizon (max(`slow_steps`, `slow_points` points,
   `slow_share` of the run's age at the onset)), settled higher (no progress back over
-  `settle_steps` / `settle_points`: the 104B run, 14 -> 7 and flat), still rising, blown up
+  `settle_steps` / `settle_points`: the 104B run, 14 -> 7 and flat; 6 points, not 10, so
+  that an eval loss every 100 steps lifted 53% by an LR burst and coming down by 2-4% an
+  evaluation, `charlm_lr_burst_p`, bench/labels trained, retired, is judged within the slow
+  horizon rather than left pending at its run's end), still rising, blown up
   (every median of `settle_points` points since its onset, or of the points the fast
   horizon spans where fewer, `far_rise` over its level, past the fast horizon: `_blown_up`),
   or turned non-finite.  This is a live call: if the loss
@@ -215,7 +218,7 @@ class SpikeConfig:
     watch_points: int = 100
     watch_share: float = 0.1
     settle_steps: int = 300  # no progress back over this long: settled higher
-    settle_points: int = 10  # ... at least this many points; every median of this many since the onset far_rise up: blown up
+    settle_points: int = 6  # ... at least this many points; every median of this many since the onset far_rise up: blown up
     baseline: BaselineConfig = BaselineConfig()
 
 
@@ -971,7 +974,7 @@ class LossSpikeDetector:
         not blown up itself, and the blow-up is a spike of its own.  A live call, taken back
         as the others are if the loss comes back within the watch horizon.  Medians of the
         points the fast horizon spans where those are fewer (at least `confirm_points`): on a
-        log every 20 steps 10 points are 200 steps, and `charlm_lr_ramp_interval_n`'s
+        log every 20 steps the 10 points it took were 200 steps, and `charlm_lr_ramp_interval_n`'s
         blow-up, 92-400x for the last 7 points of its run, was left pending."""
         c = self.config
         n = min(c.settle_points, max(c.confirm_points, spike.fast // spike.interval))

@@ -365,7 +365,7 @@ def test_a_loss_that_jumped_2x_and_stayed_is_critical_at_once_then_divergent():
     assert (late.classification, late.severity, late.ongoing) == (SpikeClass.DIVERGENT, Severity.CRITICAL, True)
     assert late.message == (
         "train/loss spiked at step 2000: 2.211 -> 6.796 (3.1x baseline) and did not recover: "
-        "blown up, its last 10 points at 6.584, over 2x the 2.211 it left (divergent)")
+        "blown up, its last 6 points at 6.616, over 2x the 2.211 it left (divergent)")
     # called at the fast horizon (100 steps: the feed that brought step 2100), not after the settle window (300)
     assert [feeds[i][1][0].classification for i in (2097, 2100)] == [SpikeClass.PENDING, SpikeClass.DIVERGENT]
 
@@ -729,13 +729,13 @@ def _blown(at: int, back: int | None, n: int = 2000) -> np.ndarray:
 def test_a_loss_blown_up_past_twice_its_level_is_divergent_before_the_settle_window():
     """charlm_lr_ramp_f (bench/labels trained, retired): blown up 300x for the last 160
     steps of its run, where the settled and rising calls compare medians of 150 steps each:
-    it was left pending.  Every median of 10 points since its onset past 2x its level, from
+    it was left pending.  Every median of 6 points since its onset past 2x its level, from
     the fast horizon on, calls it divergent; the loss back after that turns the call into
     slow-recovering."""
     f = only(LossSpikeDetector().detect(series(_blown(1840, None))))
     assert (f.start_step, f.classification) == (1840, SpikeClass.DIVERGENT)
     assert f.message.startswith("train/loss spiked at step 1840: ")
-    assert f.message.endswith(" and did not recover: blown up, its last 10 points at 590.9, over 2x the 2.047 it left (divergent)")
+    assert f.message.endswith(" and did not recover: blown up, its last 6 points at 595.8, over 2x the 2.047 it left (divergent)")
     live = feed_in_pieces(LossSpikeDetector(), np.arange(2000), _blown(1840, None), [1900, 1939, 1940], "train/loss", checks=4)
     assert live == [f]
     back = only(LossSpikeDetector().detect(series(_blown(1400, 1700))))
@@ -744,8 +744,8 @@ def test_a_loss_blown_up_past_twice_its_level_is_divergent_before_the_settle_win
 
 def test_a_loss_blown_up_at_the_end_of_a_coarse_log_is_divergent_at_the_fast_horizon():
     """charlm_lr_ramp_interval_n (bench/labels trained, retired), logged every 20 steps, blew
-    up 92-400x for the last 7 points of its run, and was left pending: 10 points are 200
-    steps there.  The medians are of the points the fast horizon spans (100 steps: 5)."""
+    up 92-400x for the last 7 points of its run, and was left pending: the 10 points it took
+    were 200 steps there.  The medians are of the points the fast horizon spans (100 steps: 5)."""
     f = only(LossSpikeDetector().detect(series(_blown(143, None, n=150), interval=20)))
     assert (f.start_step, f.classification) == (2860, SpikeClass.DIVERGENT)
     assert f.message.endswith(" and did not recover: blown up, its last 5 points at 600.3, over 2x the 2.077 it left (divergent)")
@@ -768,7 +768,7 @@ def test_a_jump_that_sat_higher_on_a_coarse_log_gives_its_blow_up_a_spike_of_its
 
 def test_a_step_up_blown_up_later_is_two_spikes():
     """charlm_lr_ramp_clip_g (bench/labels trained, tuning): +24% at 1369 on a loss climbing
-    with its LR, blown up from 1648.  The first spike is not blown up (its 10-point medians
+    with its LR, blown up from 1648.  The first spike is not blown up (its 6-point medians
     since its onset were under 2x): its rising call gives the loss a new level, and the
     blow-up is a spike of its own."""
     [run] = read_path(str(REPO / "bench" / "trained" / "runs" / "charlm_lr_ramp_clip_g")).runs.values()
