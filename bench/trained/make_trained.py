@@ -842,6 +842,12 @@ PLANS = [
     Plan("charlm_epoch_mean_bad_batch_q", "Logged as Keras logs per batch (the running mean of 200-step epochs); "
          "corrupted batches at steps 900 and 1500, no gradient clipping.", seed=310, epoch_steps=200, clip=None,
          corrupt=garbage({900, 1500})),
+    # Added to the nineteenth batch once its fp16 run under clipping turned out to hold no collapse (its scale fell
+    # to 1/64 and stayed), so that the held-out part keeps one: the LR units bug without clipping that collapsed
+    # the scale in the earlier batches.
+    Plan("charlm_fp16_collapse_b_q", "fp16 autocast with torch's GradScaler, no gradient clipping; from step 1400 the "
+         "LR is 1000x, evaluated every 100 steps.", seed=311, fp16=True, clip=None, eval_every=100,
+         lr_factor=from_step(1400, 1000.0)),
 ]
 
 
