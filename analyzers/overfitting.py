@@ -294,9 +294,9 @@ class EvalRiseDetector:
         if not (up or held):
             x.streak = x.held = 0
             return
-        if x.streak == x.held == 0:  # a run above a margin begins
-            x.risen_from = at
-        if x.streak == x.held == 0 or not v <= x.worst:  # the streak's highest, told once it opens (NaN: not yet kept)
+        if x.streak == x.held == 0:  # a run above a margin begins: where, and its highest so far
+            x.risen_from, x.worst, x.worst_step = at, v, at
+        elif not v <= x.worst:  # the streak's highest, told once it opens (NaN: not yet kept)
             x.worst, x.worst_step = v, at
         x.streak = x.streak + 1 if up else 0
         x.held = x.held + 1 if held else 0
