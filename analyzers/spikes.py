@@ -387,7 +387,7 @@ class LossSpikeDetector:
             (closed if spike.end is not None else followed).append(spike)
             if spike.onset_step + spike.slow == resume_step:  # the newest spike
                 if spike.recovered:  # is back
-                    resume, resume_known = min(resume, spike.end or 0), self._known(spike)
+                    resume, resume_known = min(resume, spike.end or 0, _after_level(spike)), self._known(spike)
                 elif spike.new_level is not None:  # has given the loss a new level
                     resume, resume_known = min(resume, spike.new_level + 1), min(resume_known, spike.new_level)
         onsets, decided = self._onsets(w, base, z, bar, held)
@@ -408,7 +408,7 @@ class LossSpikeDetector:
             if len(followed) > MAX_FOLLOWED:
                 closed.append(self._give_up(followed.pop(0), w))
             if spike.recovered and spike.end is not None:
-                resume, resume_known = max(spike.end, spike.onset + 1), self._known(spike)
+                resume, resume_known = min(max(spike.end, spike.onset + 1), _after_level(spike)), self._known(spike)
             elif spike.new_level is not None:
                 resume, resume_known = spike.new_level + 1, spike.new_level
             else:
@@ -1085,6 +1085,13 @@ def _percentile(rows: np.ndarray, q: float, cap: float) -> np.ndarray:
 def _lowest_since(values: np.ndarray, p: np.ndarray, points: int) -> np.ndarray:
     """The lowest of each point at `p` and the `points` before it (as many as there are)."""
     return values[np.maximum(p[:, None] - np.arange(points + 1), 0)].min(axis=1)
+
+
+def _after_level(spike: Followed) -> int:
+    """Just after where a spike gave the loss a new level (_NEVER if it gave none): from there
+    a live run took onsets already, so one that came back later still resumes there, however
+    the series was cut (a feed that saw the new level and the return at once took its end)."""
+    return _NEVER if spike.new_level is None else spike.new_level + 1
 
 
 def _sudden(value: np.ndarray, level: np.ndarray, lowest: np.ndarray, quantum: np.ndarray, quanta: float) -> np.ndarray:

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from analyzers import spikes
@@ -135,6 +135,7 @@ def test_thresholds_of_a_few_blocks_worked_out_in_python_are_numpys(z, tail, cou
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(2, 30), st.integers(0, 2**32 - 1))
+@example(8, 100)  # a spike that gave the loss a new level, then came back in a later piece
 def test_any_split_of_a_young_eval_loss_finds_what_one_pass_finds(pieces, seed):
     """The early rule of an eval loss (its first ~40 evaluations): jumps of 5-30% at
     random evaluations of a smooth fall, a few of them back within one to five."""
